@@ -1,0 +1,127 @@
+"""CreateTopics (key 19), versions 2-7, with Kafka's validation and error codes."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
+from ..config import format_value, validate_topic_overrides
+from ..errors import BrokkrError, ConfigError, ErrorCode
+from ..partition import validate_topic_name
+from ..protocol.frames import response_spec
+from . import Api
+
+KEY = 19
+_R = response_spec(KEY)
+CreateTopicsResponse = _R.cls
+CreatableTopicResult = _R.struct("CreatableTopicResult")
+CreatableTopicConfigs = _R.struct("CreatableTopicConfigs")
+
+
+def _check(broker, t) -> tuple[int, dict]:
+    """Validate one creatable topic; returns (partitions, config overrides) or raises."""
+    validate_topic_name(t.name)
+    if t.name in broker.topics:
+        raise BrokkrError(f"Topic '{t.name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
+    if t.assignments:
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            raise BrokkrError(
+                "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at "
+                "the same time.",
+                ErrorCode.INVALID_REQUEST,
+            )
+        indexes = sorted(a.partition_index for a in t.assignments)
+        if indexes != list(range(len(indexes))):
+            raise BrokkrError(
+                "Partitions should be a consecutive 0-based integer sequence", ErrorCode.INVALID_REPLICA_ASSIGNMENT
+            )
+        for a in t.assignments:
+            if a.broker_ids != [broker.node_id]:
+                raise BrokkrError(
+                    f"Replica assignment {a.broker_ids} for partition {a.partition_index} names brokers other than "
+                    f"the one registered ({broker.node_id})",
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                )
+        partitions = len(indexes)
+    else:
+        partitions = broker.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
+        if partitions <= 0:
+            raise BrokkrError(
+                "Number of partitions was set to an invalid non-positive value.", ErrorCode.INVALID_PARTITIONS
+            )
+        rf = broker.config["default.replication.factor"] if t.replication_factor == -1 else t.replication_factor
+        if rf <= 0:
+            raise BrokkrError("Replication factor must be larger than 0.", ErrorCode.INVALID_REPLICATION_FACTOR)
+        if rf > 1:
+            raise BrokkrError(
+                f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be "
+                "reached because only 1 broker(s) are registered.",
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+            )
+    try:
+        overrides = validate_topic_overrides({c.name: c.value for c in t.configs if c.value is not None})
+    except ConfigError as exc:
+        raise BrokkrError(str(exc), ErrorCode.INVALID_CONFIG) from None
+    return partitions, overrides
+
+
+async def handle(broker, ctx, request):
+    counts = Counter(t.name for t in request.topics)
+    cluster_ok = broker.authorize(
+        ctx, [Action(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False)]
+    )[0]
+    names = sorted(counts)
+    topic_ok = dict(
+        zip(
+            names,
+            [True] * len(names)
+            if cluster_ok
+            else broker.authorize(ctx, [Action(AclOperation.CREATE, ResourceType.TOPIC, n) for n in names]),
+        )
+    )
+    results = []
+    for t in request.topics:
+        res = CreatableTopicResult(name=t.name, error_code=ErrorCode.NONE)
+        results.append(res)
+        if counts[t.name] > 1:
+            res.error_code, res.error_message = (
+                ErrorCode.INVALID_REQUEST,
+                "Create topics request from client contains a duplicate topic",
+            )
+            continue
+        if not topic_ok[t.name]:
+            res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
+            continue
+        try:
+            partitions, overrides = _check(broker, t)
+            if request.validate_only:
+                config = broker.config.topic_config(overrides)
+                topic_id = None
+            else:
+                topic = broker.create_topic(t.name, partitions, overrides)
+                config, topic_id = topic.config, topic.topic_id
+        except BrokkrError as exc:
+            res.error_code, res.error_message = exc.code, str(exc)
+            continue
+        if topic_id is not None:
+            res.topic_id = topic_id
+        res.num_partitions = partitions
+        res.replication_factor = 1
+        res.configs = [
+            CreatableTopicConfigs(
+                name=name,
+                value=format_value(config[name]),
+                read_only=False,
+                config_source=config.source(name),
+                is_sensitive=False,
+            )
+            for name in sorted(config)
+        ]
+    return CreateTopicsResponse(topics=results)
+
+
+def error_response(request, code):
+    return CreateTopicsResponse(topics=[CreatableTopicResult(name=t.name, error_code=code) for t in request.topics])
+
+
+API = Api(KEY, 2, 7, handle, error_response)

@@ -1,0 +1,134 @@
+"""DescribeConfigs (key 32), versions 1-4: topic and broker settings with their sources
+and synonyms, as Kafka's ConfigHelper reports them."""
+
+from __future__ import annotations
+
+from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
+from ..config import TOPIC_CONFIG_DEFS, ConfigSource, format_value
+from ..errors import ErrorCode
+from ..protocol.frames import response_spec
+from . import Api
+
+KEY = 32
+TOPIC, BROKER = 2, 4
+_R = response_spec(KEY)
+DescribeConfigsResponse = _R.cls
+DescribeConfigsResult = _R.struct("DescribeConfigsResult")
+DescribeConfigsResourceResult = _R.struct("DescribeConfigsResourceResult")
+DescribeConfigsSynonym = _R.struct("DescribeConfigsSynonym")
+
+
+def _topic_entries(broker, topic, request) -> list:
+    config = topic.config
+    out = []
+    for name in sorted(config):
+        d = TOPIC_CONFIG_DEFS[name]
+        synonyms = []
+        if request.include_synonyms:
+            if name in config.overrides:
+                synonyms.append(
+                    DescribeConfigsSynonym(
+                        name=name, value=format_value(config[name]), source=ConfigSource.TOPIC_CONFIG
+                    )
+                )
+            if d.synonym in broker.config.explicit:
+                synonyms.append(
+                    DescribeConfigsSynonym(
+                        name=d.synonym,
+                        value=format_value(broker.config[d.synonym]),
+                        source=ConfigSource.STATIC_BROKER_CONFIG,
+                    )
+                )
+            default = broker.config.defs[d.synonym].default if d.synonym in broker.config.defs else None
+            if default is not None:
+                synonyms.append(
+                    DescribeConfigsSynonym(
+                        name=d.synonym, value=format_value(default), source=ConfigSource.DEFAULT_CONFIG
+                    )
+                )
+        out.append(
+            DescribeConfigsResourceResult(
+                name=name,
+                value=format_value(config[name]),
+                read_only=False,
+                config_source=config.source(name),
+                is_sensitive=False,
+                synonyms=synonyms,
+                config_type=d.type,
+                documentation=d.doc if request.include_documentation else None,
+            )
+        )
+    return out
+
+
+def _broker_entries(broker, request) -> list:
+    out = []
+    for name, d in sorted(broker.config.defs.items()):
+        source = ConfigSource.STATIC_BROKER_CONFIG if name in broker.config.explicit else ConfigSource.DEFAULT_CONFIG
+        value = None if d.sensitive else format_value(broker.config[name])
+        synonyms = [DescribeConfigsSynonym(name=name, value=value, source=source)] if request.include_synonyms else []
+        out.append(
+            DescribeConfigsResourceResult(
+                name=name,
+                value=value,
+                read_only=True,
+                config_source=source,
+                is_sensitive=d.sensitive,
+                synonyms=synonyms,
+                config_type=d.type,
+                documentation=d.doc if request.include_documentation else None,
+            )
+        )
+    return out
+
+
+async def handle(broker, ctx, request):
+    actions = [
+        Action(
+            AclOperation.DESCRIBE_CONFIGS,
+            ResourceType.TOPIC if r.resource_type == TOPIC else ResourceType.CLUSTER,
+            r.resource_name if r.resource_type == TOPIC else CLUSTER_NAME,
+        )
+        for r in request.resources
+    ]
+    allowed = broker.authorize(ctx, actions)
+    results = []
+    for r, ok in zip(request.resources, allowed):
+        res = DescribeConfigsResult(
+            error_code=ErrorCode.NONE, resource_type=r.resource_type, resource_name=r.resource_name
+        )
+        results.append(res)
+        if r.resource_type == TOPIC:
+            topic = broker.topics.get(r.resource_name)
+            if not ok:
+                res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif topic is None:
+                res.error_code, res.error_message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "Unknown topic"
+            else:
+                res.configs = _topic_entries(broker, topic, request)
+        elif r.resource_type == BROKER:
+            if not ok:
+                res.error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            elif r.resource_name not in ("", str(broker.node_id)):
+                res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, f"Unexpected broker id {r.resource_name}"
+            else:
+                res.configs = _broker_entries(broker, request)
+        else:
+            res.error_code = ErrorCode.INVALID_REQUEST
+            res.error_message = f"Unsupported resource type {r.resource_type}"
+        if res.configs and r.configuration_keys is not None:
+            wanted = set(r.configuration_keys)
+            res.configs = [c for c in res.configs if c.name in wanted]
+    return DescribeConfigsResponse(results=results)
+
+
+def error_response(request, code):
+    return DescribeConfigsResponse(
+        results=[
+            DescribeConfigsResult(error_code=code, resource_type=r.resource_type, resource_name=r.resource_name)
+            for r in request.resources
+        ]
+    )
+
+
+API = Api(KEY, 1, 4, handle, error_response)

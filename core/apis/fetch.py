@@ -1,0 +1,132 @@
+"""Fetch (key 1), versions 4-18, for consumers (Kafka's ReplicaManager.fetchMessages).
+
+Reads whole batches as the log stores them, bounded by the high watermark, by each
+partition's ``partition_max_bytes`` and by the request's ``max_bytes``; the first batch
+of the response is returned whole even when larger (KIP-74), so a consumer always makes
+progress. When fewer than ``min_bytes`` are available the fetch waits in the purgatory,
+without blocking the event loop, until enough bytes arrive or ``max_wait_ms`` passes.
+
+Fetch sessions (KIP-227) are not kept: every response has session id 0, which tells
+clients to send full fetch requests, as Kafka does when its session cache is full.
+"""
+
+from __future__ import annotations
+
+from ..authorization import AclOperation, Action, ResourceType
+from ..delayed import DelayedOperation
+from ..errors import ErrorCode
+from ..log import OffsetOutOfRange
+from ..protocol.frames import response_spec
+from . import Api
+from .common import leader_epoch_error, partition_of, resolve_topic
+
+KEY = 1
+TOPIC_IDS_VERSION = 13
+_R = response_spec(KEY)
+FetchResponse = _R.cls
+FetchableTopicResponse = _R.struct("FetchableTopicResponse")
+PartitionData = _R.struct("PartitionData")
+
+
+def _error(index: int, code: ErrorCode) -> PartitionData:
+    return PartitionData(partition_index=index, error_code=code, high_watermark=-1, records=b"")
+
+
+def _read_all(broker, plan, max_bytes: int) -> tuple[list, int]:
+    """Read every readable partition of ``plan``; returns the topic responses and bytes read."""
+    budget = max_bytes
+    min_one = True
+    total = 0
+    responses = []
+    for t, topic, items in plan:
+        parts = []
+        for fp, partition, code in items:
+            if code:
+                parts.append(_error(fp.partition, code))
+                continue
+            hw = partition.high_watermark
+            data = b""
+            try:
+                limit = min(fp.partition_max_bytes, max(budget, 0))
+                data = partition.log.read(fp.fetch_offset, limit, hw, min_one)
+            except OffsetOutOfRange:
+                code = ErrorCode.OFFSET_OUT_OF_RANGE
+            if data:
+                min_one = False
+                budget -= len(data)
+                total += len(data)
+            parts.append(
+                PartitionData(
+                    partition_index=fp.partition,
+                    error_code=code,
+                    high_watermark=hw,
+                    last_stable_offset=hw,
+                    log_start_offset=partition.log.log_start_offset,
+                    records=data,
+                )
+            )
+        responses.append(FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=parts))
+    return responses, total
+
+
+async def handle(broker, ctx, request):
+    by_id = ctx.api_version >= TOPIC_IDS_VERSION
+    if request.session_id != 0:
+        return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
+    if request.session_epoch not in (-1, 0):
+        return FetchResponse(error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH, session_id=0)
+
+    resolved = [(t, *resolve_topic(broker, t.topic, t.topic_id, by_id)) for t in request.topics]
+    names = sorted(
+        {topic.name for _, topic, _ in resolved if topic} | {t.topic for t, topic, _ in resolved if not by_id}
+    )
+    allowed = dict(zip(names, broker.authorize(ctx, [Action(AclOperation.READ, ResourceType.TOPIC, n) for n in names])))
+
+    plan = []  # (request topic, topic, [(request partition, partition, error)])
+    has_error = False
+    for t, topic, code in resolved:
+        name = topic.name if topic else t.topic
+        items = []
+        for fp in t.partitions:
+            partition = None
+            err = code
+            if not allowed.get(name, True):
+                err = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif not err:
+                partition = partition_of(topic, fp.partition)
+                if partition is None:
+                    err = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    err = leader_epoch_error(partition, fp.current_leader_epoch)
+            has_error = has_error or bool(err)
+            items.append((fp, partition, err))
+        plan.append((t, topic, items))
+
+    responses, total = _read_all(broker, plan, request.max_bytes)
+    watched = {p for _, _, items in plan for _, p, err in items if p is not None and not err}
+    if total < request.min_bytes and request.max_wait_ms > 0 and watched and not has_error:
+        start = {p: p.bytes_appended for p in watched}
+
+        def enough() -> bool:
+            return total + sum(p.bytes_appended - n for p, n in start.items()) >= request.min_bytes
+
+        await broker.purgatory.wait(DelayedOperation(request.max_wait_ms, enough), watched)
+        responses, total = _read_all(broker, plan, request.max_bytes)
+
+    throttle = broker.throttle_ms(ctx, "fetch", total)
+    return FetchResponse(throttle_time_ms=throttle, error_code=ErrorCode.NONE, session_id=0, responses=responses)
+
+
+def error_response(request, code):
+    return FetchResponse(
+        error_code=code,
+        responses=[
+            FetchableTopicResponse(
+                topic=t.topic, topic_id=t.topic_id, partitions=[_error(fp.partition, code) for fp in t.partitions]
+            )
+            for t in request.topics
+        ],
+    )
+
+
+API = Api(KEY, 4, 18, handle, error_response)

@@ -1,0 +1,80 @@
+"""ListOffsets (key 2), versions 1-11: offsets by timestamp, and the special specs
+-2 earliest, -1 latest, -3 max timestamp, -4 earliest local, -5 latest tiered,
+-6 earliest pending upload (Kafka's UnifiedLog.fetchOffsetByTimestamp)."""
+
+from __future__ import annotations
+
+from ..authorization import AclOperation, Action, ResourceType
+from ..errors import ErrorCode
+from ..protocol.frames import response_spec
+from . import Api
+from .common import leader_epoch_error, partition_of
+
+KEY = 2
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+_R = response_spec(KEY)
+ListOffsetsResponse = _R.cls
+ListOffsetsTopicResponse = _R.struct("ListOffsetsTopicResponse")
+ListOffsetsPartitionResponse = _R.struct("ListOffsetsPartitionResponse")
+
+
+def _lookup(partition, spec: int) -> tuple[int, int]:
+    """(offset, timestamp) for one request, bounded by the high watermark."""
+    plog = partition.log
+    hw = partition.high_watermark
+    if spec in (EARLIEST, EARLIEST_LOCAL):
+        return plog.log_start_offset, -1
+    if spec == LATEST:
+        return hw, -1
+    if spec in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return -1, -1  # no tiered storage
+    found = plog.max_timestamp() if spec == MAX_TIMESTAMP else plog.offset_for_timestamp(spec)
+    if found is None or found.offset >= hw:
+        return -1, -1
+    return found.offset, found.timestamp
+
+
+async def handle(broker, ctx, request):
+    names = sorted({t.name for t in request.topics})
+    allowed = dict(
+        zip(names, broker.authorize(ctx, [Action(AclOperation.DESCRIBE, ResourceType.TOPIC, n) for n in names]))
+    )
+    topics = []
+    for t in request.topics:
+        topic = broker.topics.get(t.name)
+        parts = []
+        for p in t.partitions:
+            res = ListOffsetsPartitionResponse(partition_index=p.partition_index)
+            partition = partition_of(topic, p.partition_index)
+            if not allowed[t.name]:
+                res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
+                res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif p.timestamp < EARLIEST_PENDING_UPLOAD:
+                res.error_code = ErrorCode.INVALID_REQUEST
+            elif code := leader_epoch_error(partition, p.current_leader_epoch):
+                res.error_code = code
+            else:
+                res.offset, res.timestamp = _lookup(partition, p.timestamp)
+                res.leader_epoch = partition.leader_epoch if res.offset >= 0 else -1
+            parts.append(res)
+        topics.append(ListOffsetsTopicResponse(name=t.name, partitions=parts))
+    return ListOffsetsResponse(topics=topics)
+
+
+def error_response(request, code):
+    return ListOffsetsResponse(
+        topics=[
+            ListOffsetsTopicResponse(
+                name=t.name,
+                partitions=[
+                    ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ]
+    )
+
+
+API = Api(KEY, 1, 11, handle, error_response)

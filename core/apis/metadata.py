@@ -1,0 +1,146 @@
+"""Metadata (key 3), versions 0-13: brokers, topics (with topic ids from v10), partitions.
+
+Requesting an unknown topic creates it when both the request (v4+) and
+``auto.create.topics.enable`` allow it and the principal may CREATE it, with
+``num.partitions`` partitions. Topics the principal may not DESCRIBE are left out of
+an all-topics answer, and answer TOPIC_AUTHORIZATION_FAILED when named.
+"""
+
+from __future__ import annotations
+
+from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
+from ..errors import BrokkrError, ErrorCode
+from ..protocol.frames import response_spec
+from . import Api
+
+KEY = 3
+_R = response_spec(KEY)
+MetadataResponse = _R.cls
+MetadataResponseBroker = _R.struct("MetadataResponseBroker")
+MetadataResponseTopic = _R.struct("MetadataResponseTopic")
+MetadataResponsePartition = _R.struct("MetadataResponsePartition")
+# Operations reported in TopicAuthorizedOperations, as a bit field of AclOperation codes.
+TOPIC_OPERATIONS = (
+    AclOperation.READ,
+    AclOperation.WRITE,
+    AclOperation.CREATE,
+    AclOperation.DELETE,
+    AclOperation.ALTER,
+    AclOperation.DESCRIBE,
+    AclOperation.DESCRIBE_CONFIGS,
+    AclOperation.ALTER_CONFIGS,
+)
+
+
+def _topic_response(broker, topic) -> MetadataResponseTopic:
+    node = broker.node_id
+    return MetadataResponseTopic(
+        error_code=ErrorCode.NONE,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        partitions=[
+            MetadataResponsePartition(
+                error_code=ErrorCode.NONE,
+                partition_index=p.index,
+                leader_id=node,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=[node],
+                isr_nodes=[node],
+            )
+            for p in topic.partitions
+        ],
+    )
+
+
+def _authorized_operations(broker, ctx, names: list[str]) -> dict[str, int]:
+    actions = [Action(op, ResourceType.TOPIC, n, log_if_denied=False) for n in names for op in TOPIC_OPERATIONS]
+    allowed = iter(broker.authorize(ctx, actions))
+    out = {}
+    for n in names:
+        out[n] = sum(1 << op for op in TOPIC_OPERATIONS if next(allowed))
+    return out
+
+
+async def handle(broker, ctx, request):
+    v = ctx.api_version
+    requested = request.topics
+    all_topics = requested is None or (v == 0 and not requested)
+    listener = next(lst for lst in broker.listeners if lst.name == ctx.listener)
+    response = MetadataResponse(
+        brokers=[MetadataResponseBroker(node_id=broker.node_id, host=listener.host, port=listener.port)],
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+    )
+    if all_topics:
+        names = sorted(broker.topics)
+        allowed = broker.authorize(
+            ctx, [Action(AclOperation.DESCRIBE, ResourceType.TOPIC, n, log_if_denied=False) for n in names]
+        )
+        response.topics = [_topic_response(broker, broker.topics[n]) for n, ok in zip(names, allowed) if ok]
+    else:
+        response.topics = _requested_topics(broker, ctx, request)
+    if request.include_topic_authorized_operations:
+        ops = _authorized_operations(broker, ctx, [t.name for t in response.topics if not t.error_code])
+        for t in response.topics:
+            if t.name in ops:
+                t.topic_authorized_operations = ops[t.name]
+    return response
+
+
+def _requested_topics(broker, ctx, request) -> list:
+    out = []
+    by_name = []
+    for rt in request.topics:
+        if rt.name is None:  # v12+: by topic id
+            topic = broker.topics_by_id.get(rt.topic_id)
+            if topic is None:
+                out.append(
+                    MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=rt.topic_id)
+                )
+            else:
+                by_name.append(topic.name)
+        else:
+            by_name.append(rt.name)
+    by_name = list(dict.fromkeys(by_name))
+    describe = broker.authorize(ctx, [Action(AclOperation.DESCRIBE, ResourceType.TOPIC, n) for n in by_name])
+    missing = [n for n, ok in zip(by_name, describe) if ok and n not in broker.topics]
+    may_create = {}
+    if missing and request.allow_auto_topic_creation and broker.config["auto.create.topics.enable"]:
+        cluster_ok = broker.authorize(
+            ctx, [Action(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False)]
+        )[0]
+        per_topic = (
+            [True] * len(missing)
+            if cluster_ok
+            else broker.authorize(ctx, [Action(AclOperation.CREATE, ResourceType.TOPIC, n) for n in missing])
+        )
+        may_create = dict(zip(missing, per_topic))
+    for name, ok in zip(by_name, describe):
+        if not ok:
+            out.append(MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
+            continue
+        topic = broker.topics.get(name)
+        if topic is None:
+            if name not in may_create:
+                out.append(MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
+                continue
+            if not may_create[name]:
+                out.append(MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
+                continue
+            try:
+                topic = broker.create_topic(name)
+            except BrokkrError as exc:
+                out.append(MetadataResponseTopic(error_code=exc.code, name=name))
+                continue
+        out.append(_topic_response(broker, topic))
+    return out
+
+
+def error_response(request, code):
+    return MetadataResponse(
+        error_code=code,
+        topics=[MetadataResponseTopic(error_code=code, name=t.name, topic_id=t.topic_id) for t in request.topics or []],
+    )
+
+
+API = Api(KEY, 0, 13, handle, error_response)

@@ -1,0 +1,148 @@
+"""Produce (key 0), versions 3-13: Kafka's KafkaApis.handleProduceRequest and
+ReplicaManager.appendRecords, stage by stage (see brokkr.core.hookspecs).
+
+acks=0 gets no response; if any partition failed, the connection is closed instead so
+the producer notices. acks=-1 waits in the purgatory until ``brokkr_produce_complete``
+agrees for every partition or ``timeout_ms`` passes (REQUEST_TIMED_OUT).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..authorization import AclOperation, Action, ResourceType
+from ..delayed import DelayedOperation
+from ..errors import CloseConnection, ErrorCode
+from ..protocol.frames import response_spec
+from ..validation import RecordsError
+from . import Api
+from .common import partition_of, resolve_topic
+
+log = logging.getLogger("brokkr.produce")
+
+KEY = 0
+TOPIC_IDS_VERSION = 13
+_R = response_spec(KEY)
+ProduceResponse = _R.cls
+TopicProduceResponse = _R.struct("TopicProduceResponse")
+PartitionProduceResponse = _R.struct("PartitionProduceResponse")
+BatchIndexAndErrorMessage = _R.struct("BatchIndexAndErrorMessage")
+
+
+def _result(index: int, code: ErrorCode, message: str | None = None) -> PartitionProduceResponse:
+    return PartitionProduceResponse(index=index, error_code=code, base_offset=-1, error_message=message)
+
+
+async def handle(broker, ctx, request):
+    by_id = ctx.api_version >= TOPIC_IDS_VERSION
+    acks = request.acks
+    if acks not in (-1, 0, 1):
+        return error_response(request, ErrorCode.INVALID_REQUIRED_ACKS)
+    if request.transactional_id is not None:
+        action = Action(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
+        if not broker.authorize(ctx, [action])[0]:
+            return error_response(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+
+    topics = [(t, *resolve_topic(broker, t.name, t.topic_id, by_id)) for t in request.topic_data]
+    names = sorted({topic.name if topic else t.name for t, topic, _ in topics if topic or not by_id})
+    allowed = dict(
+        zip(names, broker.authorize(ctx, [Action(AclOperation.WRITE, ResourceType.TOPIC, n) for n in names]))
+    )
+
+    responses = []
+    waiting = []  # (partition, required offset, its response)
+    produced_bytes = 0
+    failed = False
+    for t, topic, code in topics:
+        results = []
+        name = topic.name if topic else t.name
+        for pd in t.partition_data:
+            if not allowed.get(name, True):
+                res = _result(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            elif code:
+                res = _result(pd.index, code)
+            elif (partition := partition_of(topic, pd.index)) is None:
+                res = _result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                res, next_offset = _append(broker, ctx, partition, pd.records, acks)
+                if res.error_code == ErrorCode.NONE:
+                    produced_bytes += len(pd.records)
+                    if acks == -1:
+                        waiting.append((partition, next_offset, res))
+            failed = failed or res.error_code != ErrorCode.NONE
+            results.append(res)
+        responses.append(TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=results))
+
+    throttle = broker.throttle_ms(ctx, "produce", produced_bytes)
+    if acks == 0:
+        if failed:
+            raise CloseConnection()
+        return None
+    if waiting:
+        await _await_replication(broker, request.timeout_ms, waiting)
+    return ProduceResponse(responses=responses, throttle_time_ms=throttle)
+
+
+def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProduceResponse, int]:
+    """Validate and append one partition's records: (its response, the next offset)."""
+    if acks == -1 and partition.config["min.insync.replicas"] > 1:
+        return _result(
+            partition.index,
+            ErrorCode.NOT_ENOUGH_REPLICAS,
+            f"The size of the current ISR (1) is insufficient to satisfy the min.isr requirement of "
+            f"{partition.config['min.insync.replicas']} for partition {partition.name}",
+        ), -1
+    try:
+        validated = broker.hook.brokkr_validate_records(
+            partition=partition, records=records, context=ctx, broker=broker
+        )
+        info = broker.append(partition, validated)
+    except RecordsError as exc:
+        res = _result(partition.index, exc.code, str(exc))
+        res.record_errors = [
+            BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors
+        ]
+        return res, -1
+    except Exception:
+        log.exception("append to %s failed", partition.name)
+        return _result(partition.index, ErrorCode.UNKNOWN_SERVER_ERROR), -1
+    res = PartitionProduceResponse(
+        index=partition.index,
+        error_code=ErrorCode.NONE,
+        base_offset=info.first_offset,
+        log_start_offset=partition.log.log_start_offset,
+    )
+    return res, info.last_offset + 1
+
+
+async def _await_replication(broker, timeout_ms, waiting) -> None:
+    pending = {id(res): (p, offset, res) for p, offset, res in waiting}
+
+    def try_complete() -> bool:
+        for key, (partition, offset, _) in list(pending.items()):
+            if broker.produce_complete(partition, offset):
+                del pending[key]
+        return not pending
+
+    op = DelayedOperation(timeout_ms, try_complete)
+    if not await broker.purgatory.wait(op, {p for p, _, _ in waiting}):
+        for _, _, res in pending.values():
+            res.error_code = ErrorCode.REQUEST_TIMED_OUT
+            res.base_offset = -1
+            res.error_message = "Timed out waiting for the write to be acknowledged (acks=-1)"
+
+
+def error_response(request, code):
+    return ProduceResponse(
+        responses=[
+            TopicProduceResponse(
+                name=t.name,
+                topic_id=t.topic_id,
+                partition_responses=[_result(pd.index, code) for pd in t.partition_data],
+            )
+            for t in request.topic_data
+        ]
+    )
+
+
+API = Api(KEY, 3, 13, handle, error_response, advertised_min_version=0)

@@ -1,0 +1,274 @@
+"""The broker: configuration, plugins, topics and the server, in one object to embed.
+
+Inside an asyncio program::
+
+    async with Broker({"listeners": "PLAINTEXT://127.0.0.1:0"}) as broker:
+        print(broker.bootstrap_servers)        # e.g. "127.0.0.1:40123"
+        ...                                    # stopped and closed on exit
+
+From synchronous code (tests, notebooks, other frameworks), in a thread of its own::
+
+    with BrokerThread({"listeners": "PLAINTEXT://127.0.0.1:0"}) as broker:
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .authorization import Action, AuthorizationResult
+from .config import BROKER_CONFIGS, BrokerConfig
+from .context import RequestContext
+from .delayed import Purgatory
+from .errors import BrokkrError, ConfigError, ErrorCode
+from .log import AppendInfo
+from .partition import Partition, Topic, validate_topic_name
+from .plugins import create_plugin_manager
+from .server import Listener, Server, parse_listeners
+from .validation import ValidatedRecords
+
+log = logging.getLogger("brokkr")
+
+
+class Broker:
+    """One Kafka broker. Construct, then ``await start()`` (or use ``async with``)."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        plugins: Iterable[object] = (),
+        entry_points: bool = True,
+    ):
+        raw = {k: v for k, v in (config or {}).items()}
+        disabled_def = next(d for d in BROKER_CONFIGS if d.name == "brokkr.plugins.disabled")
+        disabled = disabled_def.parse(raw.get("brokkr.plugins.disabled", disabled_def.default))
+        self.pm = create_plugin_manager(plugins, disabled, entry_points)
+        self.hook = self.pm.hook
+        defs = [d for result in self.hook.brokkr_config_definitions() for d in result]
+        self.config = BrokerConfig(raw, defs)
+        self.node_id: int = self.config["node.id"]
+        self.cluster_id = str(uuid.uuid4()).replace("-", "")[:22]
+        self.listeners: list[Listener] = parse_listeners(self.config["listeners"])
+        self.topics: dict[str, Topic] = {}
+        self.topics_by_id: dict[uuid.UUID, Topic] = {}
+        self.purgatory = Purgatory()
+        self.codecs: dict[int, Any] = {}
+        self._server: Server | None = None
+        self._stopped: asyncio.Event | None = None
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.codecs = {c.id: c for result in self.hook.brokkr_codecs(broker=self) for c in result}
+        self._stopped = asyncio.Event()
+        self._server = Server(self)
+        self.listeners = await self._server.start(self.listeners)
+        log.info("brokkr node %s listening on %s", self.node_id, self.bootstrap_servers)
+        self.hook.brokkr_broker_started(broker=self)
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        await server.stop_accepting()
+        self.hook.brokkr_broker_stopping(broker=self)
+        self.purgatory.expire_all()
+        await server.close_connections()
+        for topic in self.topics.values():
+            for p in topic.partitions:
+                p.log.close()
+        assert self._stopped is not None
+        self._stopped.set()
+        log.info("brokkr node %s stopped", self.node_id)
+
+    async def wait_stopped(self) -> None:
+        assert self._stopped is not None
+        await self._stopped.wait()
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{listener.host}:{listener.port}" for listener in self.listeners)
+
+    # -- topics -----------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int | None = None,
+        configs: Mapping[str, Any] | None = None,
+        topic_id: uuid.UUID | None = None,
+    ) -> Topic:
+        """Create a topic and open a log for each partition (raises BrokkrError)."""
+        validate_topic_name(name)
+        if name in self.topics:
+            raise BrokkrError(f"Topic '{name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
+        try:
+            topic_config = self.config.topic_config(configs)
+        except ConfigError as exc:
+            raise BrokkrError(str(exc), ErrorCode.INVALID_CONFIG) from None
+        n = self.config["num.partitions"] if num_partitions is None else num_partitions
+        if n < 1:
+            raise BrokkrError("Number of partitions must be larger than 0.", ErrorCode.INVALID_PARTITIONS)
+        topic = Topic(name, topic_id or uuid.uuid4(), topic_config)
+        for index in range(n):
+            plog = self.hook.brokkr_open_log(
+                topic=name, partition=index, topic_id=topic.topic_id, config=topic_config, broker=self
+            )
+            if plog is None:
+                raise ConfigError(f"no storage plugin answers brokkr.storage={self.config['brokkr.storage']!r}")
+            topic.partitions.append(Partition(topic, index, plog))
+        self.topics[name] = topic
+        self.topics_by_id[topic.topic_id] = topic
+        log.info("created topic %s (%s) with %d partition(s)", name, topic.topic_id, n)
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        topic = self.topics.pop(name)
+        del self.topics_by_id[topic.topic_id]
+        for p in topic.partitions:
+            p.log.delete()
+        log.info("deleted topic %s", name)
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        t = self.topics.get(topic)
+        if t is None or not 0 <= index < len(t.partitions):
+            return None
+        return t.partitions[index]
+
+    # -- the pipeline's shared steps ----------------------------------------------------
+
+    def authorize(self, ctx: RequestContext, actions: list[Action]) -> list[bool]:
+        """One ``brokkr_authorize`` call for all of a request's actions."""
+        if not actions:
+            return []
+        results = self.hook.brokkr_authorize(context=ctx, actions=actions, broker=self)
+        if results is None or len(results) != len(actions):
+            raise RuntimeError("brokkr_authorize must return one result per action")
+        return [r is AuthorizationResult.ALLOWED for r in results]
+
+    def throttle_ms(self, ctx: RequestContext, quota_type: str, amount: float) -> int:
+        results = self.hook.brokkr_quota_throttle_ms(context=ctx, quota_type=quota_type, amount=amount, broker=self)
+        return max((int(r) for r in results if r), default=0)
+
+    def append(self, partition: Partition, validated: ValidatedRecords) -> AppendInfo:
+        """Append validated records as leader, fire the observers, advance the high watermark."""
+        info = partition.append(validated)
+        self.hook.brokkr_after_log_append(partition=partition, info=info, broker=self)
+        if info.rolled is not None:
+            self.hook.brokkr_segment_rolled(partition=partition, segment=info.rolled, broker=self)
+        self.advance_high_watermark(partition, partition.log.log_end_offset)
+        return info
+
+    def advance_high_watermark(self, partition: Partition, new: int) -> None:
+        old = partition.high_watermark
+        if new <= old:
+            return
+        partition.high_watermark = new
+        self.hook.brokkr_high_watermark_advanced(partition=partition, old=old, new=new, broker=self)
+        self.purgatory.check(partition)
+
+    def produce_complete(self, partition: Partition, required_offset: int) -> bool:
+        results = self.hook.brokkr_produce_complete(partition=partition, required_offset=required_offset, broker=self)
+        return all(r for r in results if r is not None)
+
+    # -- running ------------------------------------------------------------------------
+
+    async def serve_forever(self) -> None:
+        """Start, then run until SIGTERM or SIGINT (or :meth:`stop`), then shut down."""
+        import signal
+
+        await self.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, lambda: asyncio.ensure_future(self.stop()))
+            except (NotImplementedError, RuntimeError):  # not the main thread
+                pass
+        await self.wait_stopped()
+
+
+class BrokerThread:
+    """A broker running on an event loop in a background thread.
+
+    ``start()`` returns once the broker listens; ``stop()`` shuts it down and joins.
+    Also a context manager.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, plugins: Iterable[object] = (), **kwargs: Any):
+        self._args = (config, tuple(plugins), kwargs)
+        self.broker: Broker | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def start(self) -> BrokerThread:
+        self._thread = threading.Thread(target=self._run, name="brokkr-broker", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _run(self) -> None:
+        async def main() -> None:
+            config, plugins, kwargs = self._args
+            try:
+                self.broker = Broker(config, plugins, **kwargs)
+                self._loop = asyncio.get_running_loop()
+                await self.broker.start()
+            except BaseException as exc:
+                self._error = exc
+                self._ready.set()
+                return
+            self._ready.set()
+            await self.broker.wait_stopped()
+
+        asyncio.run(main())
+
+    def call(self, fn, *args: Any) -> Any:
+        """Run ``fn(*args)`` on the broker's loop and return its result (awaiting coroutines)."""
+        assert self._loop is not None
+
+        async def run() -> Any:
+            result = fn(*args)
+            if asyncio.iscoroutine(result):
+                result = await result
+            return result
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=60)
+
+    def stop(self) -> None:
+        if self._loop is not None and self.broker is not None and self._thread and self._thread.is_alive():
+            self.call(self.broker.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        assert self.broker is not None
+        return self.broker.bootstrap_servers
+
+    def __getattr__(self, name: str) -> Any:
+        broker = self.__dict__.get("broker")
+        if broker is None:
+            raise AttributeError(name)
+        return getattr(broker, name)
+
+    def __enter__(self) -> BrokerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,322 @@
+"""Configuration with Kafka's names and defaults.
+
+Sources, later ones winning: the embedded defaults below (plus every plugin's
+:class:`ConfigDef` from ``brokkr_config_definitions``), a ``server.properties`` file, and
+``--override key=value`` pairs. Topic-level settings (``retention.ms``, ``segment.bytes``,
+...) take their defaults from the broker-level synonyms Kafka uses (``log.retention.ms``,
+``log.segment.bytes``, ...), so a Kafka user's files carry over unchanged.
+
+The embedded defaults differ from Kafka's in two places, on purpose, so that ``brokkr
+serve`` alone gives a usable local broker: ``listeners`` is ``PLAINTEXT://127.0.0.1:9092``
+and ``log.dirs`` is ``./data``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+LONG_MAX = 2**63 - 1
+
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs' ConfigType numbers."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs' ConfigSource numbers."""
+
+    TOPIC_CONFIG = 1
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+@attrs.frozen
+class ConfigDef:
+    """One setting: its Kafka name, type, default and documentation.
+
+    ``synonym`` links a topic-level setting to the broker-level one that supplies its
+    default (``retention.ms`` -> ``log.retention.ms``). ``validator`` raises ValueError
+    with a message for a bad value.
+    """
+
+    name: str
+    type: ConfigType
+    default: Any
+    doc: str
+    synonym: str | None = None
+    validator: Callable[[Any], None] | None = None
+    sensitive: bool = False
+
+    def parse(self, raw: Any) -> Any:
+        try:
+            value = _parse(self.type, raw)
+            if self.validator is not None and value is not None:
+                self.validator(value)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"invalid value {raw!r} for configuration {self.name}: {exc}") from None
+        return value
+
+
+def _parse(kind: ConfigType, raw: Any) -> Any:
+    if raw is None or not isinstance(raw, str):
+        return raw
+    raw = raw.strip()
+    if kind is ConfigType.BOOLEAN:
+        if raw.lower() not in ("true", "false"):
+            raise ValueError("expected true or false")
+        return raw.lower() == "true"
+    if kind in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+        return int(raw)
+    if kind is ConfigType.DOUBLE:
+        return float(raw)
+    if kind is ConfigType.LIST:
+        return [item.strip() for item in raw.split(",") if item.strip()]
+    return raw
+
+
+def at_least(minimum: int) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}")
+
+    return check
+
+
+def one_of(*choices: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if item not in choices:
+                raise ValueError(f"must be one of {', '.join(choices)}")
+
+    return check
+
+
+B, S, I, L, LST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.LIST
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+BROKER_CONFIGS: tuple[ConfigDef, ...] = (
+    ConfigDef(
+        "listeners", LST, ["PLAINTEXT://127.0.0.1:9092"], "Listener URIs, name://host:port; port 0 picks a free port."
+    ),
+    ConfigDef("advertised.listeners", LST, None, "Listeners given to clients in Metadata; defaults to listeners."),
+    ConfigDef("node.id", I, 0, "This broker's id.", validator=at_least(0)),
+    ConfigDef("log.dirs", LST, ["./data"], "Directories holding the partition logs."),
+    ConfigDef("auto.create.topics.enable", B, True, "Create a topic when Metadata names an unknown one."),
+    ConfigDef("num.partitions", I, 1, "Partitions of an auto-created topic.", validator=at_least(1)),
+    ConfigDef(
+        "default.replication.factor", I, 1, "Replication factor of an auto-created topic.", validator=at_least(1)
+    ),
+    ConfigDef("delete.topic.enable", B, True, "Whether DeleteTopics may delete topics."),
+    ConfigDef("socket.request.max.bytes", I, 104857600, "Largest request frame accepted.", validator=at_least(1)),
+    ConfigDef("connections.max.idle.ms", L, 600000, "Close connections idle (or stalled mid-frame) this long."),
+    ConfigDef("message.max.bytes", I, 1048588, "Largest record batch.", synonym=None, validator=at_least(0)),
+    ConfigDef("log.segment.bytes", I, 1073741824, "Segment size before a roll.", validator=at_least(14)),
+    ConfigDef("log.roll.hours", I, 168, "Segment age before a roll, in hours."),
+    ConfigDef("log.roll.ms", L, None, "Segment age before a roll; overrides log.roll.hours."),
+    ConfigDef("log.retention.hours", I, 168, "Retention time in hours."),
+    ConfigDef("log.retention.minutes", I, None, "Retention time in minutes; overrides log.retention.hours."),
+    ConfigDef("log.retention.ms", L, None, "Retention time; overrides log.retention.minutes; -1 keeps forever."),
+    ConfigDef("log.retention.bytes", L, -1, "Retention size per partition; -1 is unlimited."),
+    ConfigDef("log.cleanup.policy", LST, ["delete"], "delete and/or compact.", validator=one_of("delete", "compact")),
+    ConfigDef("log.index.interval.bytes", I, 4096, "Bytes between offset index entries.", validator=at_least(0)),
+    ConfigDef("log.index.size.max.bytes", I, 10485760, "Largest offset index file.", validator=at_least(4)),
+    ConfigDef("log.flush.interval.messages", L, LONG_MAX, "Messages between forced flushes."),
+    ConfigDef("log.flush.interval.ms", L, None, "Time between forced flushes."),
+    ConfigDef(
+        "log.message.timestamp.type",
+        S,
+        "CreateTime",
+        "CreateTime or LogAppendTime.",
+        validator=one_of("CreateTime", "LogAppendTime"),
+    ),
+    ConfigDef("log.message.timestamp.before.max.ms", L, LONG_MAX, "Allowed age of a record's timestamp."),
+    ConfigDef("log.message.timestamp.after.max.ms", L, 3600000, "Allowed lead of a record's timestamp."),
+    ConfigDef("compression.type", S, "producer", "Codec for stored batches.", validator=one_of(*COMPRESSION_TYPES)),
+    ConfigDef("min.insync.replicas", I, 1, "Replicas that must acknowledge an acks=-1 write.", validator=at_least(1)),
+    ConfigDef("brokkr.storage", S, "memory", "Which storage plugin keeps the logs (memory, ...)."),
+    ConfigDef("brokkr.plugins.disabled", LST, [], "Names of plugins not to load (built-in or entry point)."),
+)
+
+
+def _retention_ms(broker: Mapping[str, Any]) -> int:
+    if broker.get("log.retention.ms") is not None:
+        return broker["log.retention.ms"]
+    if broker.get("log.retention.minutes") is not None:
+        return broker["log.retention.minutes"] * 60_000
+    return broker["log.retention.hours"] * 3_600_000
+
+
+def _segment_ms(broker: Mapping[str, Any]) -> int:
+    if broker.get("log.roll.ms") is not None:
+        return broker["log.roll.ms"]
+    return broker["log.roll.hours"] * 3_600_000
+
+
+# Topic-level settings: name -> (definition, how the broker supplies its default).
+TOPIC_CONFIGS: tuple[ConfigDef, ...] = (
+    ConfigDef("cleanup.policy", LST, None, "delete and/or compact.", "log.cleanup.policy", one_of("delete", "compact")),
+    ConfigDef("compression.type", S, None, "Codec for stored batches.", "compression.type", one_of(*COMPRESSION_TYPES)),
+    ConfigDef("max.message.bytes", I, None, "Largest record batch.", "message.max.bytes", at_least(0)),
+    ConfigDef("min.insync.replicas", I, None, "Replicas needed for acks=-1.", "min.insync.replicas", at_least(1)),
+    ConfigDef("retention.ms", L, None, "Retention time; -1 keeps forever.", "log.retention.ms"),
+    ConfigDef("retention.bytes", L, None, "Retention size; -1 is unlimited.", "log.retention.bytes"),
+    ConfigDef("segment.bytes", I, None, "Segment size before a roll.", "log.segment.bytes", at_least(14)),
+    ConfigDef("segment.ms", L, None, "Segment age before a roll.", "log.roll.ms", at_least(1)),
+    ConfigDef("segment.index.bytes", I, None, "Largest offset index file.", "log.index.size.max.bytes", at_least(4)),
+    ConfigDef("index.interval.bytes", I, None, "Bytes between index entries.", "log.index.interval.bytes", at_least(0)),
+    ConfigDef("flush.messages", L, None, "Messages between forced flushes.", "log.flush.interval.messages"),
+    ConfigDef("flush.ms", L, None, "Time between forced flushes.", "log.flush.interval.ms"),
+    ConfigDef(
+        "message.timestamp.type",
+        S,
+        None,
+        "CreateTime or LogAppendTime.",
+        "log.message.timestamp.type",
+        one_of("CreateTime", "LogAppendTime"),
+    ),
+    ConfigDef(
+        "message.timestamp.before.max.ms", L, None, "Allowed timestamp age.", "log.message.timestamp.before.max.ms"
+    ),
+    ConfigDef(
+        "message.timestamp.after.max.ms", L, None, "Allowed timestamp lead.", "log.message.timestamp.after.max.ms"
+    ),
+)
+TOPIC_CONFIG_DEFS = {d.name: d for d in TOPIC_CONFIGS}
+_DERIVED = {"retention.ms": _retention_ms, "segment.ms": _segment_ms}
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """Read a Java .properties file: ``key=value`` or ``key: value``, ``#``/``!`` comments,
+    backslash line continuations."""
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in Path(path).read_text().splitlines():
+        line = pending + raw.strip() if pending else raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        seps = [i for i in (line.find("="), line.find(":")) if i >= 0]
+        if not seps:
+            out[line] = ""
+            continue
+        i = min(seps)
+        out[line[:i].strip()] = line[i + 1 :].strip()
+    return out
+
+
+def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--override takes key=value, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+class BrokerConfig(Mapping[str, Any]):
+    """The broker's resolved settings: a read-only mapping of Kafka names to typed values."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None, defs: Iterable[ConfigDef] = ()):
+        self.defs: dict[str, ConfigDef] = {d.name: d for d in (*BROKER_CONFIGS, *defs)}
+        self.explicit: dict[str, Any] = {}
+        for key, raw in (values or {}).items():
+            d = self.defs.get(key)
+            if d is None:
+                log.warning("The configuration %s was supplied but isn't a known config.", key)
+                self.explicit[key] = raw
+                continue
+            self.explicit[key] = d.parse(raw)
+        self._values = {name: d.default for name, d in self.defs.items()}
+        self._values.update(self.explicit)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def topic_default(self, name: str) -> Any:
+        derive = _DERIVED.get(name)
+        if derive is not None:
+            return derive(self)
+        return self._values[TOPIC_CONFIG_DEFS[name].synonym]
+
+    def topic_config(self, overrides: Mapping[str, Any] | None = None) -> TopicConfig:
+        return TopicConfig(self, validate_topic_overrides(overrides or {}))
+
+
+def validate_topic_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Typed values for topic settings; ConfigError names an unknown key or bad value."""
+    out = {}
+    for key, raw in overrides.items():
+        d = TOPIC_CONFIG_DEFS.get(key)
+        if d is None:
+            raise ConfigError(f"Unknown topic config name: {key}")
+        out[key] = d.parse(raw)
+    return out
+
+
+class TopicConfig(Mapping[str, Any]):
+    """A topic's settings: its own overrides over the broker's defaults."""
+
+    def __init__(self, broker: BrokerConfig, overrides: dict[str, Any]):
+        self.broker = broker
+        self.overrides = overrides
+        self._values = {name: broker.topic_default(name) for name in TOPIC_CONFIG_DEFS}
+        self._values.update(overrides)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def source(self, name: str) -> ConfigSource:
+        if name in self.overrides:
+            return ConfigSource.TOPIC_CONFIG
+        synonym = TOPIC_CONFIG_DEFS[name].synonym
+        if synonym in self.broker.explicit:
+            return ConfigSource.STATIC_BROKER_CONFIG
+        return ConfigSource.DEFAULT_CONFIG
+
+
+def format_value(value: Any) -> str | None:
+    """A typed value as Kafka prints it in DescribeConfigs."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)

@@ -1,0 +1,59 @@
+"""From one request frame to one response frame (Kafka's RequestChannel + KafkaApis.handle).
+
+Steps: parse the header; close the connection on an API Kafka does not define or
+brokkr does not serve (as Kafka does); answer an unsupported version with
+UNSUPPORTED_VERSION; decode the body through ``brokkr_decode_request``; run the API's
+handler; encode the response. A handler that fails answers UNKNOWN_SERVER_ERROR (or the
+code of the BrokkrError it raised) for the whole request, and the broker carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .apis import APIS
+from .apis.api_versions import unsupported_version_response
+from .context import ConnectionInfo, Principal, RequestContext
+from .errors import BrokkrError, CloseConnection, CorruptRequest, ErrorCode, UnknownApi
+from .protocol.frames import API_VERSIONS_KEY, encode_response, parse_request_header_untrusted, request_spec
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("brokkr.requests")
+
+
+async def handle_frame(broker: Broker, conn: ConnectionInfo, principal: Principal, frame: bytes) -> bytes | None:
+    header, body = parse_request_header_untrusted(frame)
+    api = APIS.get(header.api_key)
+    if api is None:
+        raise UnknownApi(f"API {header.api_name} (key {header.api_key}) is not served by brokkr")
+    version = header.api_version
+    if not api.min_version <= version <= api.max_version:
+        if header.api_key == API_VERSIONS_KEY:
+            return encode_response(API_VERSIONS_KEY, 0, header.correlation_id, unsupported_version_response())
+        # Answer in the nearest served version, if the body parses in it; else close.
+        nearest = min(max(version, api.min_version), api.max_version)
+        request = request_spec(header.api_key).decode(nearest, body)
+        log.info("%s v%d is not supported; answering UNSUPPORTED_VERSION as v%d", header.api_name, version, nearest)
+        body_out = api.error_response(request, ErrorCode.UNSUPPORTED_VERSION)
+        return encode_response(header.api_key, nearest, header.correlation_id, body_out)
+
+    request = broker.hook.brokkr_decode_request(header=header, body=body, broker=broker)
+    if body.remaining:
+        raise CorruptRequest(f"{body.remaining} trailing bytes after {header.api_name} v{version}")
+    ctx = RequestContext(conn, principal, header.api_key, version, header.client_id, header.correlation_id)
+    try:
+        response = await api.handle(broker, ctx, request)
+    except (CloseConnection, CorruptRequest):
+        raise
+    except BrokkrError as exc:
+        log.info("%s from %s failed: %s", header.api_name, conn.connection_id, exc)
+        response = api.error_response(request, exc.code)
+    except Exception:
+        log.exception("%s from %s failed", header.api_name, conn.connection_id)
+        response = api.error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR)
+    if response is None:
+        return None
+    return encode_response(header.api_key, version, header.correlation_id, response)

@@ -1,0 +1,308 @@
+"""Hook specifications: every stage of brokkr's produce path is a hook.
+
+A plugin is any object or module with functions named after these hooks and marked
+with :data:`brokkr.core.plugins.hookimpl`. As with pluggy everywhere, an implementation
+may accept any subset of a hook's arguments, so new arguments can be added to a
+hookspec without breaking existing plugins.
+
+The produce path, as :mod:`brokkr.core.apis.produce` drives it for one Produce
+request (compare ``pytest_runtest_protocol``)::
+
+    brokkr_decode_request                    once per request (every API)
+    brokkr_authorize                         once, with a WRITE action per topic
+    for each authorized partition:
+        brokkr_validate_records              once per partition batch
+        PartitionLog.append                  (the object brokkr_open_log returned)
+        brokkr_after_log_append              once per partition batch
+        brokkr_high_watermark_advanced       when the high watermark moves
+        brokkr_segment_rolled                when the append rolled a segment
+    brokkr_quota_throttle_ms                 once, with the request's produced bytes
+    if acks == -1:
+        brokkr_produce_complete              per waiting partition, per check, until
+                                             all agree or timeout_ms expires
+
+``brokkr_authenticate`` runs once per connection, before its first request.
+Start-up hooks (``brokkr_config_definitions``, ``brokkr_codecs``) run once per broker;
+``brokkr_open_log`` once per partition when it is created or loaded.
+
+Rule for every hook: never called once per record. Implementations that pick an
+implementation (codecs, storage) return objects the core keeps and calls directly.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .authorization import Action, AuthorizationResult
+    from .broker import Broker
+    from .config import ConfigDef, TopicConfig
+    from .context import ConnectionInfo, Principal, RequestContext
+    from .log import AppendInfo, PartitionLog, SegmentInfo
+    from .partition import Partition
+    from .protocol.frames import RequestHeader
+    from .protocol.primitives import Reader
+    from .validation import Codec, ValidatedRecords
+
+hookspec = pluggy.HookspecMarker("brokkr")
+
+
+# -------------------------------------------------------------------------
+# Start-up and lifecycle
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def brokkr_config_definitions() -> list[ConfigDef]:
+    """Declare the settings a plugin reads, with their Kafka-style names and defaults.
+
+    Called once when a broker's configuration is resolved, before any other hook.
+    Values for these names from ``server.properties`` or ``--override`` are parsed and
+    validated with the returned definitions and are then available as
+    ``broker.config[name]``.
+
+    :return: A list of :class:`brokkr.core.config.ConfigDef`. All results are used.
+    """
+
+
+@hookspec
+def brokkr_broker_started(broker: Broker) -> None:
+    """The broker is listening; ``broker.listeners`` holds the bound addresses.
+
+    Called once per broker start, on the broker's event loop. A plugin that runs
+    background work (a sink, a metrics reporter) starts it here.
+
+    :param broker: The running broker.
+    """
+
+
+@hookspec
+def brokkr_broker_stopping(broker: Broker) -> None:
+    """The broker is shutting down and has stopped accepting connections.
+
+    Called once, before logs are closed. Stop background work here.
+
+    :param broker: The broker.
+    """
+
+
+# -------------------------------------------------------------------------
+# Request decoding
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def brokkr_decode_request(header: RequestHeader, body: Reader, broker: Broker) -> Any | None:
+    """Decode the body of one request whose header has already been parsed.
+
+    Called once per request, for every API. The built-in implementation (trylast)
+    decodes with the codecs built from Kafka's JSON message definitions; a plugin may
+    return a faster or instrumented decoding of some APIs and ``None`` for the rest.
+    The returned object must have the attributes of the built-in message classes,
+    since the API handlers read them.
+
+    Stops at first non-None result.
+
+    :param header: The parsed request header (API key, version, correlation id, client id).
+    :param body: A reader positioned at the first byte of the body; it must be consumed
+        to its end.
+    :param broker: The broker.
+    :return: The decoded request, or ``None`` to let the next implementation decode it.
+        Raise :class:`brokkr.core.errors.CorruptRequest` for bytes that do not parse:
+        the connection is then closed, as Kafka closes it.
+    """
+
+
+# -------------------------------------------------------------------------
+# Authentication and authorization
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def brokkr_authenticate(connection: ConnectionInfo, broker: Broker) -> Principal | None:
+    """Give a new connection its principal.
+
+    Called once per accepted connection, before its first request is read. The
+    built-in implementation (trylast) returns ``User:ANONYMOUS`` for PLAINTEXT
+    listeners, as Kafka does.
+
+    Stops at first non-None result.
+
+    :param connection: The listener, security protocol and client address.
+    :param broker: The broker.
+    :return: A :class:`brokkr.core.context.Principal`, or ``None`` to defer.
+    """
+
+
+@hookspec(firstresult=True)
+def brokkr_authorize(
+    context: RequestContext, actions: list[Action], broker: Broker
+) -> list[AuthorizationResult] | None:
+    """Decide, in one call, whether a request may perform each of its actions.
+
+    Called at most once per request, with every action the request needs (for a
+    Produce request: WRITE on each topic named; for Metadata: DESCRIBE on each topic).
+    Semantics follow Kafka's ``Authorizer.authorize``. The built-in implementation
+    (trylast) allows everything.
+
+    Stops at first non-None result.
+
+    :param context: Principal, client address, listener, client id and API of the request.
+    :param actions: The actions, each an operation on a resource.
+    :param broker: The broker.
+    :return: One :class:`brokkr.core.authorization.AuthorizationResult` per action, in
+        order, or ``None`` to defer to the next implementation.
+    """
+
+
+# -------------------------------------------------------------------------
+# Quotas
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def brokkr_quota_throttle_ms(context: RequestContext, quota_type: str, amount: float, broker: Broker) -> int | None:
+    """Record usage against a quota and say how long the client must be throttled.
+
+    Called once per request of the kind the quota covers, after it has been handled:
+    ``quota_type`` is ``"produce"`` (amount: bytes appended), ``"fetch"`` (amount:
+    bytes returned) or ``"request"`` (amount: handler time in milliseconds).
+
+    All results are used: the largest becomes the response's ``throttle_time_ms``.
+
+    :param context: The request's principal, client id and listener.
+    :param quota_type: Which quota the amount counts against.
+    :param amount: The usage to record.
+    :param broker: The broker.
+    :return: Throttle time in milliseconds (0 or ``None`` for none).
+    """
+
+
+# -------------------------------------------------------------------------
+# Record validation and conversion
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def brokkr_codecs(broker: Broker) -> list[Codec]:
+    """Provide compression codecs, keyed by Kafka's compression id (0 none, 1 gzip, ...).
+
+    Called once at broker start. When two plugins provide the same id, the one
+    registered last wins, so a third-party plugin can replace a built-in codec.
+
+    :param broker: The broker.
+    :return: A list of objects satisfying :class:`brokkr.core.validation.Codec`.
+    """
+
+
+@hookspec(firstresult=True)
+def brokkr_validate_records(
+    partition: Partition, records: memoryview, context: RequestContext, broker: Broker
+) -> ValidatedRecords | None:
+    """Validate (and possibly convert) the record set produced to one partition.
+
+    Called once per partition per Produce request, before offsets are assigned. The
+    built-in validator (trylast) checks what Kafka's ``LogValidator`` checks at the
+    batch level: one batch of magic 2, sizes, CRC-32C, the offset range, and that its
+    codec is known.
+
+    Stops at first non-None result.
+
+    :param partition: The partition being written (its ``config`` is the topic's).
+    :param records: The bytes the producer sent for this partition.
+    :param context: The request context.
+    :param broker: The broker.
+    :return: :class:`brokkr.core.validation.ValidatedRecords`: bytes ready for offset
+        assignment. Raise :class:`brokkr.core.validation.RecordsError` to reject the
+        partition's records with a Kafka error code.
+    """
+
+
+# -------------------------------------------------------------------------
+# Log append (storage)
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def brokkr_open_log(
+    topic: str, partition: int, topic_id: Any, config: TopicConfig, broker: Broker
+) -> PartitionLog | None:
+    """Open (creating if needed) the log that stores one partition.
+
+    Called once per partition, when its topic is created or loaded at start-up; the
+    core then calls the returned object's ``append``/``read`` directly on the hot path.
+    Storage plugins check ``broker.config["brokkr.storage"]`` and return ``None`` when
+    another backend is selected.
+
+    Stops at first non-None result.
+
+    :param topic: Topic name.
+    :param partition: Partition index.
+    :param topic_id: The topic's UUID.
+    :param config: The topic's settings (segment.bytes, retention.ms, ...).
+    :param broker: The broker.
+    :return: An object satisfying :class:`brokkr.core.log.PartitionLog`.
+    """
+
+
+# -------------------------------------------------------------------------
+# Delayed-operation completion (acks=-1)
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def brokkr_produce_complete(partition: Partition, required_offset: int, broker: Broker) -> bool | None:
+    """Say whether an acks=-1 write to ``partition`` is acknowledged enough to answer.
+
+    Called for each partition of a delayed produce when the operation is checked: once
+    right after the append, and again whenever that partition's high watermark moves,
+    until all partitions are complete or ``timeout_ms`` expires (the partitions still
+    waiting then answer REQUEST_TIMED_OUT). The built-in check (Kafka's
+    ``DelayedProduce``) is: the high watermark has reached ``required_offset``.
+
+    All results are used: the partition is complete only when every non-None result
+    is true.
+
+    :param partition: The partition written.
+    :param required_offset: One past the last offset of the appended batch.
+    :param broker: The broker.
+    :return: ``True`` when complete, ``False`` to keep waiting, ``None`` for no opinion.
+    """
+
+
+# -------------------------------------------------------------------------
+# Observers
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def brokkr_after_log_append(partition: Partition, info: AppendInfo, broker: Broker) -> None:
+    """A batch was appended to a partition's log.
+
+    Called once per appended partition batch, on the event loop, before the response
+    is sent. Keep it cheap: it is on the produce path.
+
+    :param partition: The partition written.
+    :param info: First and last offset, record count, max timestamp and size.
+    :param broker: The broker.
+    """
+
+
+@hookspec
+def brokkr_high_watermark_advanced(partition: Partition, old: int, new: int, broker: Broker) -> None:
+    """A partition's high watermark moved from ``old`` to ``new``.
+
+    Called each time it advances (with one replica, after every append). Records
+    below ``new`` are now visible to consumers.
+    """
+
+
+@hookspec
+def brokkr_segment_rolled(partition: Partition, segment: SegmentInfo, broker: Broker) -> None:
+    """A partition's active segment was closed and a new one started.
+
+    Called once per roll. ``segment`` describes the closed segment, which will not
+    change again (until retention deletes it); sinks mirror closed segments from here.
+    """

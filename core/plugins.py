@@ -1,0 +1,55 @@
+"""The plugin manager: how built-in and third-party plugins are found and called.
+
+Built-in plugins are module names registered through the same ``register()`` call as
+any other plugin, under stable names, so a user can block one with
+``brokkr.plugins.disabled=<name>`` and replace it. Third-party plugins load from the
+``brokkr`` entry-point group; plugin objects can also be handed to
+:class:`brokkr.core.broker.Broker` directly (tests, embedding).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+
+import pluggy
+
+from . import hookspecs
+
+hookimpl = pluggy.HookimplMarker("brokkr")
+
+#: Registered in this order; defaults of firstresult hooks are trylast, so any other
+#: plugin that answers wins.
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "brokkr.core.default_decoder",
+    "brokkr.core.validation",
+    "brokkr.core.delayed",
+    "brokkr.plugins.codecs.none",
+    "brokkr.plugins.storage.memory",
+    "brokkr.plugins.auth.allow_all",
+    "brokkr.plugins.quota.unlimited",
+)
+
+#: Cannot be blocked: without them the broker cannot parse a request.
+ESSENTIAL_PLUGINS = frozenset({"brokkr.core.default_decoder"})
+
+
+def create_plugin_manager(
+    plugins: Iterable[object] = (), disabled: Iterable[str] = (), entry_points: bool = True
+) -> pluggy.PluginManager:
+    """A plugin manager with brokkr's hookspecs, built-in plugins, entry points and ``plugins``."""
+    pm = pluggy.PluginManager("brokkr")
+    pm.add_hookspecs(hookspecs)
+    for name in disabled:
+        if name in ESSENTIAL_PLUGINS:
+            raise ValueError(f"plugin {name} is essential and cannot be disabled")
+        pm.set_blocked(name)
+    for name in BUILTIN_PLUGINS:
+        if not pm.is_blocked(name):
+            pm.register(importlib.import_module(name), name=name)
+    if entry_points:
+        pm.load_setuptools_entrypoints("brokkr")
+    for plugin in plugins:
+        pm.register(plugin)
+    pm.check_pending()
+    return pm

@@ -1,0 +1,149 @@
+"""Request and response framing: the size prefix, request headers v0-v2, response headers v0-v1.
+
+A Kafka frame is an int32 size followed by that many bytes. A request's bytes start with
+a header whose version follows from the API and its version (v2 when the request version
+is flexible, else v1; v0 has no client id). A response header is v1 (with tagged fields)
+when the response version is flexible, else v0; ApiVersions responses always use v0, so a
+client that does not yet know the broker's versions can parse them.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from importlib import resources
+
+import attrs
+
+from ..errors import CorruptRequest, UnknownApi
+from .primitives import Reader, Writer
+from .schema import MessageSpec, load_message
+
+API_VERSIONS_KEY = 18
+_SIZE = struct.Struct(">i")
+
+
+@functools.cache
+def api_names() -> dict[int, str]:
+    """Every API key Kafka defines, e.g. ``{0: "Produce", 1: "Fetch", ...}``."""
+    names = {}
+    for p in resources.files(__package__).joinpath("messages").iterdir():
+        if p.name.endswith("Request.json"):
+            head = p.read_text().split('"apiKey":', 1)
+            if len(head) == 2:
+                names[int(head[1].split(",", 1)[0])] = p.name[: -len("Request.json")]
+    return names
+
+
+def request_spec(api_key: int) -> MessageSpec:
+    return load_message(api_names()[api_key] + "Request")
+
+
+def response_spec(api_key: int) -> MessageSpec:
+    return load_message(api_names()[api_key] + "Response")
+
+
+@attrs.frozen
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    header_version: int
+
+    @property
+    def api_name(self) -> str:
+        return api_names()[self.api_key]
+
+
+def request_header_version(spec: MessageSpec, api_version: int) -> int:
+    lo, hi = spec.valid
+    return 2 if spec.is_flexible(min(max(api_version, lo), hi)) else 1
+
+
+def response_header_version(api_key: int, spec: MessageSpec, api_version: int) -> int:
+    if api_key == API_VERSIONS_KEY:
+        return 0
+    return 1 if spec.is_flexible(api_version) else 0
+
+
+def parse_request_header_untrusted(
+    frame: bytes | memoryview, header_version: int | None = None
+) -> tuple[RequestHeader, Reader]:
+    """Parse the header of one request frame (without its size prefix).
+
+    The header version follows from the API and its version unless ``header_version``
+    is given (v0, without a client id, was only ever used by ControlledShutdown v0,
+    which Kafka 4 removed). Returns the header and a reader positioned at the request body. Raises
+    :class:`UnknownApi` for an API key Kafka does not define and :class:`CorruptRequest`
+    for bytes that do not parse.
+    """
+    r = Reader(frame)
+    api_key = r.int16()
+    api_version = r.int16()
+    correlation_id = r.int32()
+    if api_key not in api_names():
+        raise UnknownApi(f"unknown API key {api_key}")
+    version = header_version
+    if version is None:
+        version = request_header_version(request_spec(api_key), api_version)
+    client_id = r.string(compact=False) if version >= 1 else None
+    if version >= 2:
+        for _ in range(r.uvarint()):
+            r.uvarint()
+            r.skip(r.uvarint())
+    return RequestHeader(api_key, api_version, correlation_id, client_id, version), r
+
+
+def encode_request(
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    client_id: str | None,
+    body,
+    header_version: int | None = None,
+) -> bytes:
+    """A whole request frame, size prefix included (for tests, tools and clients)."""
+    spec = request_spec(api_key)
+    if header_version is None:
+        header_version = request_header_version(spec, api_version)
+    w = Writer()
+    w.raw(_SIZE.pack(0))
+    w.int16(api_key)
+    w.int16(api_version)
+    w.int32(correlation_id)
+    if header_version >= 1:
+        w.string(client_id, compact=False)
+    if header_version >= 2:
+        w.uvarint(0)
+    spec.encode(api_version, body, w)
+    _SIZE.pack_into(w.buf, 0, len(w.buf) - 4)
+    return bytes(w.buf)
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body) -> bytes:
+    """A whole response frame, size prefix included."""
+    spec = response_spec(api_key)
+    w = Writer()
+    w.raw(_SIZE.pack(0))
+    w.int32(correlation_id)
+    if response_header_version(api_key, spec, api_version) >= 1:
+        w.uvarint(0)
+    spec.encode(api_version, body, w)
+    _SIZE.pack_into(w.buf, 0, len(w.buf) - 4)
+    return bytes(w.buf)
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes | memoryview):
+    """Decode one response frame (without its size prefix): (correlation id, body)."""
+    spec = response_spec(api_key)
+    r = Reader(frame)
+    correlation_id = r.int32()
+    if response_header_version(api_key, spec, api_version) >= 1:
+        for _ in range(r.uvarint()):
+            r.uvarint()
+            r.skip(r.uvarint())
+    body = spec.decode(api_version, r)
+    if r.remaining:
+        raise CorruptRequest(f"{r.remaining} trailing bytes in {spec.name} v{api_version}")
+    return correlation_id, body

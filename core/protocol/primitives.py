@@ -1,0 +1,241 @@
+"""Kafka's primitive wire types: fixed-width integers, varints, strings, bytes, UUIDs.
+
+Sans-IO: a :class:`Reader` walks a buffer the peer sent, a :class:`Writer` builds one.
+Every read of peer bytes checks lengths against what is left *before* allocating, and
+any malformed input surfaces as :class:`~brokkr.core.errors.CorruptRequest`, never as
+``struct.error`` or ``IndexError``.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+
+from ..errors import CorruptRequest
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_U16 = struct.Struct(">H")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_F64 = struct.Struct(">d")
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+class Reader:
+    """A cursor over untrusted bytes. ``pos`` only moves forward."""
+
+    __slots__ = ("buf", "pos", "end")
+
+    def __init__(self, buf: bytes | memoryview, pos: int = 0, end: int | None = None):
+        self.buf = memoryview(buf)
+        self.pos = pos
+        self.end = len(self.buf) if end is None else end
+
+    @property
+    def remaining(self) -> int:
+        return self.end - self.pos
+
+    def _fixed(self, st: struct.Struct):
+        pos = self.pos
+        if pos + st.size > self.end:
+            raise CorruptRequest(f"truncated: need {st.size} bytes at {pos}, have {self.end - pos}")
+        self.pos = pos + st.size
+        return st.unpack_from(self.buf, pos)[0]
+
+    def int8(self) -> int:
+        return self._fixed(_I8)
+
+    def int16(self) -> int:
+        return self._fixed(_I16)
+
+    def uint16(self) -> int:
+        return self._fixed(_U16)
+
+    def int32(self) -> int:
+        return self._fixed(_I32)
+
+    def uint32(self) -> int:
+        return self._fixed(_U32)
+
+    def int64(self) -> int:
+        return self._fixed(_I64)
+
+    def float64(self) -> float:
+        return self._fixed(_F64)
+
+    def bool(self) -> bool:
+        return self._fixed(_I8) != 0
+
+    def uuid(self) -> uuid.UUID:
+        raw = self.take(16)
+        return uuid.UUID(bytes=bytes(raw))
+
+    def uvarint(self) -> int:
+        """Unsigned LEB128 varint, at most 5 bytes (an int32), as Kafka's ByteUtils."""
+        value = shift = 0
+        buf, pos, end = self.buf, self.pos, self.end
+        while True:
+            if pos >= end:
+                raise CorruptRequest("truncated varint")
+            b = buf[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                self.pos = pos
+                return value
+            shift += 7
+            if shift > 28:
+                raise CorruptRequest("varint longer than 5 bytes")
+
+    def varint(self) -> int:
+        v = self.uvarint()
+        return (v >> 1) ^ -(v & 1)
+
+    def uvarlong(self) -> int:
+        value = shift = 0
+        buf, pos, end = self.buf, self.pos, self.end
+        while True:
+            if pos >= end:
+                raise CorruptRequest("truncated varlong")
+            b = buf[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                self.pos = pos
+                return value
+            shift += 7
+            if shift > 63:
+                raise CorruptRequest("varlong longer than 10 bytes")
+
+    def varlong(self) -> int:
+        v = self.uvarlong()
+        return (v >> 1) ^ -(v & 1)
+
+    def take(self, n: int) -> memoryview:
+        """The next ``n`` bytes as a zero-copy view."""
+        if n < 0 or self.pos + n > self.end:
+            raise CorruptRequest(f"length {n} exceeds the {self.end - self.pos} bytes left")
+        pos = self.pos
+        self.pos = pos + n
+        return self.buf[pos : pos + n]
+
+    def skip(self, n: int) -> None:
+        self.take(n)
+
+    # Length prefixes. A compact length is stored as N+1 (0 means null).
+    def length(self, compact: bool) -> int:
+        return self.uvarint() - 1 if compact else self.int32()
+
+    def count(self, compact: bool) -> int:
+        """An array element count, bounded by the bytes left (as Kafka bounds it)."""
+        n = self.uvarint() - 1 if compact else self.int32()
+        if n > self.end - self.pos:
+            raise CorruptRequest(f"array of {n} elements cannot fit in {self.end - self.pos} bytes")
+        return n
+
+    def string(self, compact: bool) -> str | None:
+        n = self.uvarint() - 1 if compact else self.int16()
+        if n < 0:
+            return None
+        try:
+            return str(self.take(n), "utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptRequest(f"string is not UTF-8: {exc}") from None
+
+    def bytes(self, compact: bool) -> memoryview | None:
+        n = self.length(compact)
+        if n < 0:
+            return None
+        return self.take(n)
+
+
+class Writer:
+    """Builds an encoded message in one bytearray."""
+
+    __slots__ = ("buf",)
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def int8(self, v: int) -> None:
+        self.buf += _I8.pack(v)
+
+    def int16(self, v: int) -> None:
+        self.buf += _I16.pack(v)
+
+    def uint16(self, v: int) -> None:
+        self.buf += _U16.pack(v)
+
+    def int32(self, v: int) -> None:
+        self.buf += _I32.pack(v)
+
+    def uint32(self, v: int) -> None:
+        self.buf += _U32.pack(v)
+
+    def int64(self, v: int) -> None:
+        self.buf += _I64.pack(v)
+
+    def float64(self, v: float) -> None:
+        self.buf += _F64.pack(v)
+
+    def bool(self, v: bool) -> None:
+        self.buf.append(1 if v else 0)
+
+    def uuid(self, v: uuid.UUID) -> None:
+        self.buf += v.bytes
+
+    def uvarint(self, v: int) -> None:
+        self.buf += encode_uvarint(v)
+
+    def varint(self, v: int) -> None:
+        self.buf += encode_uvarint((v << 1) ^ (v >> 63))
+
+    def raw(self, data: bytes | memoryview) -> None:
+        self.buf += data
+
+    def length(self, n: int, compact: bool) -> None:
+        """Write a length or count; ``-1`` is null."""
+        if compact:
+            self.buf += encode_uvarint(n + 1)
+        else:
+            self.buf += _I32.pack(n)
+
+    def string(self, v: str | None, compact: bool) -> None:
+        if v is None:
+            if compact:
+                self.buf.append(0)
+            else:
+                self.buf += _I16.pack(-1)
+            return
+        data = v.encode()
+        if compact:
+            self.buf += encode_uvarint(len(data) + 1)
+        else:
+            self.buf += _I16.pack(len(data))
+        self.buf += data
+
+    def bytes(self, v: bytes | memoryview | None, compact: bool) -> None:
+        if v is None:
+            self.length(-1, compact)
+            return
+        self.length(len(v), compact)
+        self.buf += v
+
+
+def encode_uvarint(v: int) -> bytes:
+    if v < 0x80:
+        return bytes((v,))
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def encode_varint(v: int) -> bytes:
+    """Zigzag varint (also serves varlongs: Python ints are unbounded)."""
+    return encode_uvarint((v << 1) ^ (v >> 63))

@@ -1,0 +1,18 @@
+"""The default security plugin: every PLAINTEXT connection is ``User:ANONYMOUS`` and every
+action is allowed, as a Kafka broker without an authorizer behaves."""
+
+from __future__ import annotations
+
+from brokkr.core.authorization import Action, AuthorizationResult
+from brokkr.core.context import ANONYMOUS, ConnectionInfo, Principal
+from brokkr.core.plugins import hookimpl
+
+
+@hookimpl(trylast=True)
+def brokkr_authenticate(connection: ConnectionInfo) -> Principal | None:
+    return ANONYMOUS if connection.security_protocol == "PLAINTEXT" else None
+
+
+@hookimpl(trylast=True)
+def brokkr_authorize(actions: list[Action]) -> list[AuthorizationResult]:
+    return [AuthorizationResult.ALLOWED] * len(actions)

@@ -1,0 +1,1 @@
+"""Storage plugins: implementations of ``brokkr_open_log`` (see brokkr.core.log)."""
