@@ -1,0 +1,103 @@
+"""RecordBatch v2: brokkr reads what Kafka wrote and writes what Kafka reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from brokkr.core.errors import CorruptRequest
+from brokkr.core.protocol.primitives import Reader, encode_uvarint, encode_varint
+from brokkr.core.protocol.records import (
+    CONTROL_FLAG,
+    HEADER_SIZE,
+    TRANSACTIONAL_FLAG,
+    build_batch,
+    crc_ok,
+    decode_records,
+    iter_batches_untrusted,
+    patch_batch,
+    read_all_records,
+)
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "kafka-logs"
+
+
+@pytest.mark.parametrize("value", [0, 1, -1, 63, -64, 64, 2**31 - 1, -(2**31), 2**40, -(2**62)])
+def test_zigzag_varints_roundtrip(value: int) -> None:
+    r = Reader(encode_varint(value))
+    assert (r.varlong() if abs(value) >= 2**31 else r.varint()) == value
+    assert r.remaining == 0
+
+
+def test_uvarint_known_bytes_and_bounds() -> None:
+    assert encode_uvarint(300) == b"\xac\x02"
+    assert Reader(b"\xac\x02").uvarint() == 300
+    with pytest.raises(CorruptRequest):
+        Reader(b"\xff\xff\xff\xff\xff\x01").uvarint()
+    with pytest.raises(CorruptRequest):
+        Reader(b"\x80").uvarint()
+
+
+def test_build_decode_roundtrip_with_null_values_and_headers() -> None:
+    batch = build_batch(
+        [(b"k1", b"v1"), (None, None), (b"k3", b"", [("h1", b"x"), ("h2", None)])], timestamp=1_700_000_000_000
+    )
+    (h,) = iter_batches_untrusted(batch)
+    assert h.magic == 2 and h.record_count == 3 and h.last_offset_delta == 2 and crc_ok(batch, h)
+    recs = decode_records(h, memoryview(batch)[HEADER_SIZE:])
+    assert [(r.offset, r.key, r.value, r.headers) for r in recs] == [
+        (0, b"k1", b"v1", ()),
+        (1, None, None, ()),
+        (2, b"k3", b"", (("h1", b"x"), ("h2", None))),
+    ]
+    assert all(r.timestamp == 1_700_000_000_000 for r in recs)
+
+
+def test_patching_offset_and_epoch_keeps_the_crc_valid() -> None:
+    buf = bytearray(build_batch([(b"k", b"v")] * 4))
+    patch_batch(buf, 0, 1234, 7)
+    (h,) = iter_batches_untrusted(buf)
+    assert (h.base_offset, h.leader_epoch, h.last_offset) == (1234, 7, 1237)
+    assert crc_ok(buf, h)
+    assert [r.offset for r in read_all_records(buf)] == [1234, 1235, 1236, 1237]
+
+
+def test_a_flipped_bit_fails_the_crc() -> None:
+    buf = bytearray(build_batch([(b"key", b"value")]))
+    buf[-1] ^= 0x01
+    (h,) = iter_batches_untrusted(buf)
+    assert not crc_ok(buf, h)
+
+
+def test_impossible_sizes_and_magics_are_rejected_and_partial_tails_are_not_batches() -> None:
+    batch = build_batch([(b"k", b"v")])
+    assert list(iter_batches_untrusted(batch[:-3])) == []
+    bad_len = bytearray(batch)
+    bad_len[8:12] = (5).to_bytes(4, "big")
+    with pytest.raises(CorruptRequest):
+        list(iter_batches_untrusted(bad_len))
+    bad_magic = bytearray(batch)
+    bad_magic[16] = 1
+    with pytest.raises(CorruptRequest, match="magic 1"):
+        list(iter_batches_untrusted(bad_magic))
+
+
+@pytest.mark.parametrize("directory", ["_confluent-ksql-default__command_topic-0", "__transaction_state-44"])
+def test_reads_segments_written_by_kafka(directory: str) -> None:
+    data = (FIXTURES / directory / "00000000000000000000.log").read_bytes()
+    headers = list(iter_batches_untrusted(data))
+    assert headers and headers[-1].end == len(data)
+    assert all(crc_ok(data, h) for h in headers)
+    offsets = [r.offset for h in headers for r in decode_records(h, memoryview(data)[h.position + HEADER_SIZE : h.end])]
+    assert offsets == list(range(headers[0].base_offset, headers[-1].last_offset + 1))
+
+
+def test_kafka_transactional_batch_and_commit_marker_flags() -> None:
+    data = (FIXTURES / "_confluent-ksql-default__command_topic-0" / "00000000000000000000.log").read_bytes()
+    record_batch, marker = list(iter_batches_untrusted(data))
+    assert record_batch.attributes & TRANSACTIONAL_FLAG and not record_batch.is_control
+    assert marker.attributes & CONTROL_FLAG and marker.is_transactional
+    assert record_batch.producer_id == marker.producer_id >= 0
+    (commit,) = decode_records(marker, memoryview(data)[marker.position + HEADER_SIZE : marker.end])
+    assert commit.key[:4] == b"\x00\x00\x00\x01"  # control record v0, type 1 = COMMIT

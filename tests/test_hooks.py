@@ -1,0 +1,161 @@
+"""Every hookspec is documented, and a plugin implementing every hook sees each one called
+on a real broker driven by a real client."""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from conftest import batch
+
+from brokkr.core import hookspecs
+from brokkr.core.authorization import AuthorizationResult
+from brokkr.core.config import ConfigDef, ConfigType
+from brokkr.core.context import Principal
+from brokkr.core.errors import ConfigError
+from brokkr.core.plugins import BUILTIN_PLUGINS, create_plugin_manager, hookimpl
+from brokkr.core.protocol.frames import request_spec
+
+HOOKS = sorted(name for name in dir(hookspecs) if name.startswith("brokkr_"))
+
+
+@pytest.mark.parametrize("name", HOOKS)
+def test_hookspec_is_documented(name):
+    doc = inspect.getdoc(getattr(hookspecs, name)) or ""
+    assert len(doc) > 80, f"{name} needs a real docstring"
+    assert "Called" in doc, f"{name} must say when and how often it is called"
+    params = [p for p in inspect.signature(getattr(hookspecs, name)).parameters]
+    for p in params:
+        if p != "broker":
+            assert p in doc, f"{name} must document its argument {p}"
+
+
+class EveryHook:
+    """Implements every hook; records each call; changes nothing that matters."""
+
+    def __init__(self):
+        self.calls: Counter[str] = Counter()
+        self.principals: list[Principal] = []
+
+    @hookimpl
+    def brokkr_config_definitions(self):
+        self.calls["brokkr_config_definitions"] += 1
+        return [ConfigDef("every.hook.greeting", ConfigType.STRING, "hello", "A setting owned by a plugin.")]
+
+    @hookimpl
+    def brokkr_broker_started(self, broker):
+        self.calls["brokkr_broker_started"] += 1
+        assert broker.config["every.hook.greeting"] == "hi"
+
+    @hookimpl
+    def brokkr_broker_stopping(self, broker):
+        self.calls["brokkr_broker_stopping"] += 1
+
+    @hookimpl
+    def brokkr_decode_request(self, header, body):
+        self.calls["brokkr_decode_request"] += 1
+        return None  # defer to the built-in decoder
+
+    @hookimpl
+    def brokkr_authenticate(self, connection):
+        self.calls["brokkr_authenticate"] += 1
+        return Principal("User", f"client-at-{connection.client_host}")
+
+    @hookimpl
+    def brokkr_authorize(self, context, actions):
+        self.calls["brokkr_authorize"] += 1
+        self.principals.append(context.principal)
+        return [AuthorizationResult.ALLOWED for _ in actions]
+
+    @hookimpl
+    def brokkr_quota_throttle_ms(self, quota_type, amount):
+        self.calls["brokkr_quota_throttle_ms"] += 1
+        return 0
+
+    @hookimpl
+    def brokkr_codecs(self):
+        self.calls["brokkr_codecs"] += 1
+        return []
+
+    @hookimpl
+    def brokkr_validate_records(self, partition, records):
+        self.calls["brokkr_validate_records"] += 1
+        return None
+
+    @hookimpl
+    def brokkr_open_log(self, topic, partition):
+        self.calls["brokkr_open_log"] += 1
+        return None
+
+    @hookimpl
+    def brokkr_produce_complete(self, partition, required_offset):
+        self.calls["brokkr_produce_complete"] += 1
+        return True
+
+    @hookimpl
+    def brokkr_after_log_append(self, partition, info):
+        self.calls["brokkr_after_log_append"] += 1
+        assert info.last_offset >= info.first_offset
+
+    @hookimpl
+    def brokkr_high_watermark_advanced(self, partition, old, new):
+        self.calls["brokkr_high_watermark_advanced"] += 1
+        assert new > old
+
+    @hookimpl
+    def brokkr_segment_rolled(self, partition, segment):
+        self.calls["brokkr_segment_rolled"] += 1
+        assert segment.next_offset > segment.base_offset
+
+
+def test_a_plugin_implementing_every_hook_sees_every_hook_called(brokkr_broker_factory):
+    plugin = EveryHook()
+    broker = brokkr_broker_factory({"every.hook.greeting": "hi", "log.segment.bytes": "300"}, plugins=[plugin])
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all", "linger.ms": 0})
+    for i in range(10):
+        producer.produce("hooks", key=b"k%d" % i, value=b"x" * 100)
+        producer.flush(10)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "g", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("hooks", 0, 0)])
+    got = [m for m in (consumer.poll(5) for _ in range(10)) if m is not None and not m.error()]
+    consumer.close()
+    assert len(got) == 10
+    broker.stop()
+    assert set(HOOKS) == set(plugin.calls), f"never called: {set(HOOKS) - set(plugin.calls)}"
+    assert plugin.calls["brokkr_segment_rolled"] >= 2
+    assert all(p.name == "client-at-127.0.0.1" for p in plugin.principals)
+
+
+def test_builtin_plugins_register_under_stable_names_and_can_be_disabled():
+    pm = create_plugin_manager(entry_points=False)
+    assert [name for name, _ in pm.list_name_plugin()][: len(BUILTIN_PLUGINS)] == list(BUILTIN_PLUGINS)
+    pm = create_plugin_manager(disabled=["brokkr.plugins.storage.memory"], entry_points=False)
+    assert pm.get_plugin("brokkr.plugins.storage.memory") is None
+    with pytest.raises(ValueError, match="essential"):
+        create_plugin_manager(disabled=["brokkr.core.default_decoder"], entry_points=False)
+
+
+def test_with_no_storage_plugin_topic_creation_fails_clearly(brokkr_broker_factory):
+    broker = brokkr_broker_factory({"brokkr.plugins.disabled": "brokkr.plugins.storage.memory"})
+    with pytest.raises(ConfigError, match="no storage plugin"):
+        broker.call(broker.broker.create_topic, "t")
+
+
+def test_a_users_firstresult_plugin_wins_over_the_builtin(brokkr_broker_factory):
+    from brokkr.core.testing import RawClient
+
+    class DenyWrites:
+        @hookimpl
+        def brokkr_authorize(self, actions):
+            return [AuthorizationResult.DENIED if a.operation == 4 else AuthorizationResult.ALLOWED for a in actions]
+
+    broker = brokkr_broker_factory(plugins=[DenyWrites()])
+    broker.call(broker.broker.create_topic, "t")
+    spec = request_spec(0)
+    body = spec.cls(acks=1, timeout_ms=1000, topic_data=[spec.struct("TopicProduceData")(
+        name="t", partition_data=[spec.struct("PartitionProduceData")(index=0, records=batch())])])
+    with RawClient(broker.bootstrap_servers) as c:
+        response = c.request(0, 9, body)
+    assert response.responses[0].partition_responses[0].error_code == 29  # TOPIC_AUTHORIZATION_FAILED
