@@ -109,11 +109,13 @@ def produce_batch(producer: Producer, topic: str, n: int, value: bytes, latencie
             except BufferError:  # the client's queue is full: serve callbacks until it drains
                 producer.poll(0.01)
                 if time.monotonic() > deadline:
+                    producer.purge()
                     raise TimeoutError(f"producer queue stayed full for {RUN_TIMEOUT_S:.0f}s") from None
         if i % 256 == 0:
             producer.poll(0)
     remaining = producer.flush(max(0.0, deadline - time.monotonic()))
     if remaining:
+        producer.purge()  # so that destroying the producer does not wait for them
         raise TimeoutError(f"{remaining} record(s) still undelivered after {RUN_TIMEOUT_S:.0f}s")
 
 
@@ -170,27 +172,31 @@ def median_of(runs: list[dict]) -> dict:
     return out
 
 
-def print_table(summary: dict, ratios: dict, args: argparse.Namespace) -> None:
+def print_table(summary: dict, ratios: dict, args: argparse.Namespace, out) -> None:
     print(
         f"\nproduce: {args.records} records x {args.value_size} B values, acks={args.acks}, "
-        f"linger.ms={args.linger_ms}, batch.size={args.batch_size}, median of {args.repeat} run(s)"
+        f"linger.ms={args.linger_ms}, batch.size={args.batch_size}, median of {args.repeat} run(s)",
+        file=out,
     )
     header = f"{'target':<14}{'records/s':>12}{'MB/s':>9}{'p50 ms':>10}{'p99 ms':>10}{'broker CPU':>12}{'errors':>8}"
-    print(header)
-    print("-" * len(header))
+    print(header, file=out)
+    print("-" * len(header), file=out)
     for target, m in summary.items():
         cpu = "-" if m["broker_cpu_pct"] is None else f"{m['broker_cpu_pct']:.0f}%"
         print(
             f"{target:<14}{m['records_per_s']:>12,.0f}{m['mb_per_s']:>9.2f}{m['p50_ms']:>10.2f}"
-            f"{m['p99_ms']:>10.2f}{cpu:>12}{m['errors']:>8}"
+            f"{m['p99_ms']:>10.2f}{cpu:>12}{m['errors']:>8}",
+            file=out,
         )
     print(
         f"{'brokkr/mock':<14}{ratios['records_per_s']:>12.3f}{ratios['mb_per_s']:>9.3f}"
-        f"{ratios['p50_ms']:>10.2f}{ratios['p99_ms']:>10.2f}"
+        f"{ratios['p50_ms']:>10.2f}{ratios['p99_ms']:>10.2f}",
+        file=out,
     )
     print(
         "(throughput ratios: higher is better; latency ratios: lower is better, 1.0 = as fast as the mock;\n"
-        " broker CPU is of one core: well under 100% means the client, not brokkr, set the pace)"
+        " broker CPU is of one core: well under 100% means the client, not brokkr, set the pace)",
+        file=out,
     )
 
 
@@ -202,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--linger-ms", type=float, default=5, help="producer linger.ms (default 5)")
     parser.add_argument("--batch-size", type=int, default=1_000_000, help="producer batch.size (default 1000000)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per target; medians are reported (default 1)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH ('-' for stdout)")
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the results as JSON to PATH ('-': stdout, table to stderr)"
+    )
     args = parser.parse_args(argv)
 
     runs: dict[str, list[dict]] = {"brokkr": [], "mock": []}
@@ -235,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {target: median_of(rs) for target, rs in runs.items()}
     ratios = {m: summary["brokkr"][m] / summary["mock"][m] for m in METRICS}
-    print_table(summary, ratios, args)
+    print_table(summary, ratios, args, sys.stderr if args.json == "-" else sys.stdout)  # keep stdout pure JSON
     if args.json:
         doc = {
             "config": vars(args),

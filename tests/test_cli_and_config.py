@@ -1,0 +1,83 @@
+"""``brokkr serve`` as a user runs it, and configuration with Kafka's names."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import API_VERSIONS
+
+from brokkr.core.config import BrokerConfig, parse_overrides, read_properties
+from brokkr.core.errors import ConfigError
+from brokkr.core.protocol.frames import request_spec
+from brokkr.core.testing import RawClient
+
+
+def start_serve(*args: str, cwd) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "brokkr.core.cli", "serve", *args],
+        cwd=cwd, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if m := re.search(r"listening on (\S+)", line):
+            return proc, m.group(1)
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError("broker did not start")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_from_a_properties_file_and_shut_down_gracefully(tmp_path, sig):
+    props = tmp_path / "server.properties"
+    props.write_text("# a Kafka-style file\nlisteners=PLAINTEXT://127.0.0.1:0\nnum.partitions: 2\n"
+                     "log.dirs=\\\n  ./kafka-data\n")
+    proc, address = start_serve(str(props), "--override", "auto.create.topics.enable=true", cwd=tmp_path)
+    try:
+        with RawClient(address) as c:
+            assert c.request(API_VERSIONS, 0, request_spec(API_VERSIONS).cls()).error_code == 0
+            meta = c.request(3, 12, request_spec(3).cls(topics=[request_spec(3).struct("MetadataRequestTopic")(name="x")]))
+            assert len(meta.topics[0].partitions) == 2
+        proc.send_signal(sig)
+        assert proc.wait(timeout=10) == 0
+        assert "stopped" in proc.stderr.read()
+    finally:
+        proc.kill()
+
+
+def test_serve_rejects_bad_settings_with_a_clear_message(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "brokkr.core.cli", "serve", "--override", "num.partitions=zero"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "num.partitions" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_properties_parsing(tmp_path):
+    f = tmp_path / "p.properties"
+    f.write_text("a=1\n! comment\n# comment\nb : two words\nc=x\\\n   y\nempty=\n")
+    assert read_properties(f) == {"a": "1", "b": "two words", "c": "xy", "empty": ""}
+    assert parse_overrides(["x.y=1", "z= 2 "]) == {"x.y": "1", "z": "2"}
+    with pytest.raises(ConfigError):
+        parse_overrides(["novalue"])
+
+
+def test_kafka_defaults_and_topic_synonyms():
+    cfg = BrokerConfig({"log.retention.hours": "1", "log.segment.bytes": "1000"})
+    assert cfg["message.max.bytes"] == 1048588 and cfg["socket.request.max.bytes"] == 104857600
+    assert cfg["listeners"] == ["PLAINTEXT://127.0.0.1:9092"] and cfg["log.dirs"] == ["./data"]
+    topic = cfg.topic_config({"retention.bytes": "5"})
+    assert topic["retention.ms"] == 3_600_000 and topic["segment.bytes"] == 1000
+    assert topic["retention.bytes"] == 5 and topic["max.message.bytes"] == 1048588
+    assert topic.source("retention.bytes") == 1 and topic["cleanup.policy"] == ["delete"]
+    with pytest.raises(ConfigError, match="Unknown topic config"):
+        cfg.topic_config({"no.such": "1"})
+    with pytest.raises(ConfigError, match="compression.type"):
+        BrokerConfig({"compression.type": "brotli"})
