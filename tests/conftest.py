@@ -1,49 +1,8 @@
-"""Shared helpers for brokkr's own tests (the broker fixtures come from brokkr.core.testing)."""
+"""Fixtures for brokkr's own tests (the broker fixtures come from brokkr.core.testing)."""
 
 from __future__ import annotations
 
 import pytest
-
-from brokkr.core.protocol.frames import request_spec
-from brokkr.core.protocol.records import build_batch
-
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 1, 2, 3, 18, 19
-
-
-def produce_body(topic: str, records: bytes | None, acks: int = 1, partition: int = 0, timeout_ms: int = 5000,
-                 topic_id=None):
-    spec = request_spec(PRODUCE)
-    pd = spec.struct("PartitionProduceData")(index=partition, records=records)
-    td = spec.struct("TopicProduceData")(name=topic, partition_data=[pd])
-    if topic_id is not None:
-        td.topic_id = topic_id
-    return spec.cls(acks=acks, timeout_ms=timeout_ms, topic_data=[td])
-
-
-def fetch_body(topic: str, offset: int = 0, partition: int = 0, max_wait_ms: int = 0, min_bytes: int = 0,
-               max_bytes: int = 52428800, partition_max_bytes: int = 1048576, topic_id=None):
-    spec = request_spec(FETCH)
-    fp = spec.struct("FetchPartition")(partition=partition, fetch_offset=offset, partition_max_bytes=partition_max_bytes)
-    ft = spec.struct("FetchTopic")(topic=topic, partitions=[fp])
-    if topic_id is not None:
-        ft.topic_id = topic_id
-    return spec.cls(max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, topics=[ft])
-
-
-def metadata_body(*topics: str, auto_create: bool = True):
-    spec = request_spec(METADATA)
-    return spec.cls(topics=[spec.struct("MetadataRequestTopic")(name=t) for t in topics],
-                    allow_auto_topic_creation=auto_create)
-
-
-def list_offsets_body(topic: str, timestamp: int, partition: int = 0):
-    spec = request_spec(LIST_OFFSETS)
-    p = spec.struct("ListOffsetsPartition")(partition_index=partition, timestamp=timestamp)
-    return spec.cls(replica_id=-1, topics=[spec.struct("ListOffsetsTopic")(name=topic, partitions=[p])])
-
-
-def batch(n: int = 1, timestamp: int = 1_700_000_000_000, value: bytes = b"value") -> bytes:
-    return build_batch([(b"key-%d" % i, value) for i in range(n)], timestamp=timestamp)
 
 
 @pytest.fixture

@@ -9,18 +9,19 @@ import sys
 import time
 
 import pytest
-from conftest import API_VERSIONS
-
 from brokkr.core.config import BrokerConfig, parse_overrides, read_properties
 from brokkr.core.errors import ConfigError
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.testing import RawClient
+from wire import API_VERSIONS
 
 
 def start_serve(*args: str, cwd) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "brokkr.core.cli", "serve", *args],
-        cwd=cwd, stderr=subprocess.PIPE, text=True,
+        cwd=cwd,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -36,13 +37,16 @@ def start_serve(*args: str, cwd) -> tuple[subprocess.Popen, str]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serve_from_a_properties_file_and_shut_down_gracefully(tmp_path, sig):
     props = tmp_path / "server.properties"
-    props.write_text("# a Kafka-style file\nlisteners=PLAINTEXT://127.0.0.1:0\nnum.partitions: 2\n"
-                     "log.dirs=\\\n  ./kafka-data\n")
+    props.write_text(
+        "# a Kafka-style file\nlisteners=PLAINTEXT://127.0.0.1:0\nnum.partitions: 2\nlog.dirs=\\\n  ./kafka-data\n"
+    )
     proc, address = start_serve(str(props), "--override", "auto.create.topics.enable=true", cwd=tmp_path)
     try:
         with RawClient(address) as c:
             assert c.request(API_VERSIONS, 0, request_spec(API_VERSIONS).cls()).error_code == 0
-            meta = c.request(3, 12, request_spec(3).cls(topics=[request_spec(3).struct("MetadataRequestTopic")(name="x")]))
+            meta = c.request(
+                3, 12, request_spec(3).cls(topics=[request_spec(3).struct("MetadataRequestTopic")(name="x")])
+            )
             assert len(meta.topics[0].partitions) == 2
         proc.send_signal(sig)
         assert proc.wait(timeout=10) == 0
@@ -54,7 +58,10 @@ def test_serve_from_a_properties_file_and_shut_down_gracefully(tmp_path, sig):
 def test_serve_rejects_bad_settings_with_a_clear_message(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "brokkr.core.cli", "serve", "--override", "num.partitions=zero"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=30,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode == 2
     assert "num.partitions" in proc.stderr and "Traceback" not in proc.stderr

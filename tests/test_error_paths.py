@@ -7,7 +7,11 @@ import threading
 import time
 
 import pytest
-from conftest import (
+from brokkr.core.errors import ErrorCode
+from brokkr.core.plugins import hookimpl
+from brokkr.core.protocol.frames import decode_response, encode_request, request_spec
+from brokkr.core.testing import RawClient
+from wire import (
     API_VERSIONS,
     FETCH,
     LIST_OFFSETS,
@@ -19,17 +23,17 @@ from conftest import (
     produce_body,
 )
 
-from brokkr.core.errors import ErrorCode
-from brokkr.core.plugins import hookimpl
-from brokkr.core.protocol.frames import decode_response, encode_request, request_spec
-from brokkr.core.testing import RawClient
-
 API_VERSIONS_REQ = request_spec(API_VERSIONS).cls
 
 
 def still_serving(broker) -> None:
     with RawClient(broker.bootstrap_servers) as c:
-        assert c.request(API_VERSIONS, 3, API_VERSIONS_REQ(client_software_name="t", client_software_version="1")).error_code == 0
+        assert (
+            c.request(
+                API_VERSIONS, 3, API_VERSIONS_REQ(client_software_name="t", client_software_version="1")
+            ).error_code
+            == 0
+        )
 
 
 def partition_error(response) -> int:
@@ -54,7 +58,9 @@ def test_api_kafka_defines_but_brokkr_does_not_serve_closes_the_connection(brokk
 def test_garbage_body_closes_the_connection(brokkr_broker):
     with RawClient(brokkr_broker.bootstrap_servers) as c:
         # A Metadata v1 header followed by an array count far larger than the frame.
-        body = (3).to_bytes(2, "big") + (1).to_bytes(2, "big") + (7).to_bytes(4, "big") + b"\xff\xff" + b"\x7f\xff\xff\xff"
+        body = (
+            (3).to_bytes(2, "big") + (1).to_bytes(2, "big") + (7).to_bytes(4, "big") + b"\xff\xff" + b"\x7f\xff\xff\xff"
+        )
         c.sock.sendall(len(body).to_bytes(4, "big") + body)
         assert c.is_closed_by_peer()
     still_serving(brokkr_broker)
@@ -116,7 +122,10 @@ def test_unknown_topic_partition_and_topic_id(brokkr_broker, topic):
     import uuid
 
     with RawClient(brokkr_broker.bootstrap_servers) as c:
-        assert partition_error(c.request(PRODUCE, 9, produce_body("nope", batch()))) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert (
+            partition_error(c.request(PRODUCE, 9, produce_body("nope", batch())))
+            == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
         assert partition_error(c.request(PRODUCE, 9, produce_body(topic, batch(), partition=7))) == (
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
@@ -257,7 +266,9 @@ def test_acks_all_completes_when_the_check_agrees(brokkr_broker_factory):
 def test_acks_all_with_min_insync_replicas_above_one_is_not_enough_replicas(brokkr_broker):
     brokkr_broker.call(brokkr_broker.broker.create_topic, "t", 1, {"min.insync.replicas": "2"})
     with RawClient(brokkr_broker.bootstrap_servers) as c:
-        assert partition_error(c.request(PRODUCE, 9, produce_body("t", batch(), acks=-1))) == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert (
+            partition_error(c.request(PRODUCE, 9, produce_body("t", batch(), acks=-1))) == ErrorCode.NOT_ENOUGH_REPLICAS
+        )
         assert partition_error(c.request(PRODUCE, 9, produce_body("t", batch(), acks=1))) == 0
 
 
@@ -327,7 +338,7 @@ def _with_session(body, session_id):
 
 
 def test_list_offsets_specs(brokkr_broker, topic):
-    from conftest import list_offsets_body
+    from wire import list_offsets_body
 
     with RawClient(brokkr_broker.bootstrap_servers) as c:
         for ts in (1000, 2000, 3000):
@@ -357,11 +368,15 @@ def test_metadata_auto_creates_with_num_partitions(brokkr_broker):
         assert c.request(METADATA, 12, metadata_body("other", auto_create=False)).topics[0].error_code == (
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
-        assert c.request(METADATA, 12, metadata_body("bad/name")).topics[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+        assert (
+            c.request(METADATA, 12, metadata_body("bad/name")).topics[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+        )
 
 
 @pytest.mark.brokkr_config(auto_create_topics_enable="false")
 def test_auto_create_disabled(brokkr_broker):
     with RawClient(brokkr_broker.bootstrap_servers) as c:
-        assert c.request(METADATA, 4, metadata_body("fresh")).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert (
+            c.request(METADATA, 4, metadata_body("fresh")).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
     assert "fresh" not in brokkr_broker.broker.topics

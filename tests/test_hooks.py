@@ -7,9 +7,6 @@ import inspect
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from conftest import batch
-
 from brokkr.core import hookspecs
 from brokkr.core.authorization import AuthorizationResult
 from brokkr.core.config import ConfigDef, ConfigType
@@ -17,6 +14,8 @@ from brokkr.core.context import Principal
 from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import BUILTIN_PLUGINS, create_plugin_manager, hookimpl
 from brokkr.core.protocol.frames import request_spec
+from confluent_kafka import Consumer, Producer, TopicPartition
+from wire import batch
 
 HOOKS = sorted(name for name in dir(hookspecs) if name.startswith("brokkr_"))
 
@@ -154,8 +153,15 @@ def test_a_users_firstresult_plugin_wins_over_the_builtin(brokkr_broker_factory)
     broker = brokkr_broker_factory(plugins=[DenyWrites()])
     broker.call(broker.broker.create_topic, "t")
     spec = request_spec(0)
-    body = spec.cls(acks=1, timeout_ms=1000, topic_data=[spec.struct("TopicProduceData")(
-        name="t", partition_data=[spec.struct("PartitionProduceData")(index=0, records=batch())])])
+    body = spec.cls(
+        acks=1,
+        timeout_ms=1000,
+        topic_data=[
+            spec.struct("TopicProduceData")(
+                name="t", partition_data=[spec.struct("PartitionProduceData")(index=0, records=batch())]
+            )
+        ],
+    )
     with RawClient(broker.bootstrap_servers) as c:
         response = c.request(0, 9, body)
     assert response.responses[0].partition_responses[0].error_code == 29  # TOPIC_AUTHORIZATION_FAILED

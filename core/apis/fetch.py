@@ -38,7 +38,7 @@ def _read_all(broker, plan, max_bytes: int) -> tuple[list, int]:
     min_one = True
     total = 0
     responses = []
-    for t, topic, items in plan:
+    for t, _topic, items in plan:
         parts = []
         for fp, partition, code in items:
             if code:

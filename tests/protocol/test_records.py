@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from brokkr.core.errors import CorruptRequest
 from brokkr.core.protocol.primitives import Reader, encode_uvarint, encode_varint
 from brokkr.core.protocol.records import (

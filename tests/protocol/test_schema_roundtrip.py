@@ -10,7 +10,6 @@ import random
 import uuid
 
 import pytest
-
 from brokkr.core.protocol.primitives import Reader
 from brokkr.core.protocol.schema import FieldSpec, MessageSpec, _in, all_message_names, load_message
 
@@ -69,9 +68,15 @@ def test_roundtrip(name: str, version: int) -> None:
 def test_every_api_and_version_in_scope_is_covered() -> None:
     covered = {(n, v) for n, v in (c.values for c in _cases())}
     required = {
-        "ApiVersions": (0, 4), "Metadata": (0, 13), "Produce": (3, 13), "Fetch": (4, 17),
-        "ListOffsets": (1, 10), "InitProducerId": (0, 5), "CreateTopics": (2, 7),
-        "DeleteTopics": (1, 6), "DescribeConfigs": (1, 4),
+        "ApiVersions": (0, 4),
+        "Metadata": (0, 13),
+        "Produce": (3, 13),
+        "Fetch": (4, 17),
+        "ListOffsets": (1, 10),
+        "InitProducerId": (0, 5),
+        "CreateTopics": (2, 7),
+        "DeleteTopics": (1, 6),
+        "DescribeConfigs": (1, 4),
     }
     for api, (lo, hi) in required.items():
         for kind in ("Request", "Response"):
