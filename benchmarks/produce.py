@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--acks", default="1", choices=["0", "1", "all", "-1"], help="producer acks (default 1)")
     parser.add_argument("--linger-ms", type=float, default=5, help="producer linger.ms (default 5)")
     parser.add_argument("--batch-size", type=int, default=1_000_000, help="producer batch.size (default 1000000)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per target; medians are reported (default 1)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per target; medians are reported (default 3)")
     parser.add_argument(
         "--json", metavar="PATH", help="also write the results as JSON to PATH ('-': stdout, table to stderr)"
     )

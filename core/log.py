@@ -64,8 +64,9 @@ class PartitionLog(Protocol):
         self, records: bytearray, first_offset: int, last_offset: int, max_timestamp: int, record_count: int
     ) -> AppendInfo:
         """Store ``records`` (whole batches, offsets already assigned, first at
-        ``log_end_offset``). Return what was stored, with ``rolled`` set if the append
-        closed a segment."""
+        ``log_end_offset``). The log owns ``records`` from here on: the core never touches
+        it again, so it may be kept without copying. Return what was stored, with
+        ``rolled`` set if the append closed a segment."""
 
     def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes:
         """Whole batches from the one containing ``offset``, stopping before

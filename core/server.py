@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("brokkr.server")
 
 SUPPORTED_PROTOCOLS = ("PLAINTEXT",)
+# Stream buffer per connection: large enough that a typical 1 MiB produce frame is read
+# without pausing and resuming the transport many times.
+READ_BUFFER_BYTES = 1 << 20
 
 
 @attrs.frozen
@@ -67,7 +70,10 @@ class Server:
         bound = []
         for listener in listeners:
             server = await asyncio.start_server(
-                lambda r, w, lst=listener: self._serve(lst, r, w), listener.host or None, listener.port
+                lambda r, w, lst=listener: self._serve(lst, r, w),
+                listener.host or None,
+                listener.port,
+                limit=READ_BUFFER_BYTES,
             )
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
@@ -136,7 +142,7 @@ class Server:
                 if response is not None:
                     writer.write(response)
                     await writer.drain()
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ConnectionError):  # shutdown, or the client went away
             pass
         except Exception:
             log.exception("%s: unexpected error; closing the connection", conn.connection_id)

@@ -1,4 +1,4 @@
-"""In-memory storage: each partition's batches held in Python lists, grouped in segments.
+"""In-memory storage: each partition's appends held in Python lists, grouped in segments.
 
 Selected with ``brokkr.storage=memory``. Nothing survives a restart; useful for tests,
 for embedding, and as the smallest example of a storage plugin. Segments roll on
@@ -21,7 +21,7 @@ class _Segment:
 
     def __init__(self, base_offset: int):
         self.base_offset = base_offset
-        self.batches: list[bytes] = []
+        self.batches: list[bytes | bytearray] = []  # one entry per append: whole batches
         self.firsts: list[int] = []
         self.lasts: list[int] = []
         self.max_timestamps: list[int] = []
@@ -56,15 +56,14 @@ class MemoryLog:
             rolled = SegmentInfo(seg.base_offset, self._end, seg.size)
             seg = _Segment(first_offset)
             self.segments.append(seg)
-        data = bytes(records)
-        for h in iter_batches_untrusted(data):
-            seg.batches.append(data[h.position : h.end])
-            seg.firsts.append(h.base_offset)
-            seg.lasts.append(h.last_offset)
-            seg.max_timestamps.append(h.max_timestamp)
-        seg.size += len(data)
+        # The core hands over ``records``; keep it as it is, one entry per append.
+        seg.batches.append(records)
+        seg.firsts.append(first_offset)
+        seg.lasts.append(last_offset)
+        seg.max_timestamps.append(max_timestamp)
+        seg.size += len(records)
         self._end = last_offset + 1
-        return AppendInfo(first_offset, last_offset, record_count, max_timestamp, len(data), rolled)
+        return AppendInfo(first_offset, last_offset, record_count, max_timestamp, len(records), rolled)
 
     def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes:
         if offset < self._start or offset > self._end:
@@ -87,12 +86,14 @@ class MemoryLog:
         for seg in self.segments:
             yield from zip(seg.batches, seg.max_timestamps)
 
-    def _records(self, batch: bytes):
-        h = next(iter_batches_untrusted(batch))
-        payload = memoryview(batch)[HEADER_SIZE:]
-        if h.codec:
-            payload = self.codecs[h.codec].decompress(payload)
-        return decode_records(h, payload)
+    def _records(self, entry: bytes):
+        out = []
+        for h in iter_batches_untrusted(entry):
+            payload = memoryview(entry)[h.position + HEADER_SIZE : h.end]
+            if h.codec:
+                payload = self.codecs[h.codec].decompress(payload)
+            out.extend(decode_records(h, payload))
+        return out
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         for batch, max_ts in self._batches():
