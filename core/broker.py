@@ -114,6 +114,11 @@ class Broker:
         validate_topic_name(name)
         if name in self.topics:
             raise BrokkrError(f"Topic '{name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
+        collides = [t for t in self.topics if t.replace(".", "_") == name.replace(".", "_")]
+        if collides:
+            raise BrokkrError(
+                f"Topic '{name}' collides with existing topic: {collides[0]}", ErrorCode.INVALID_TOPIC_EXCEPTION
+            )
         try:
             topic_config = self.config.topic_config(configs)
         except ConfigError as exc:

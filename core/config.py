@@ -203,7 +203,22 @@ TOPIC_CONFIGS: tuple[ConfigDef, ...] = (
     ),
 )
 TOPIC_CONFIG_DEFS = {d.name: d for d in TOPIC_CONFIGS}
-_DERIVED = {"retention.ms": _retention_ms, "segment.ms": _segment_ms}
+def _flush_ms(broker: Mapping[str, Any]) -> int:
+    value = broker.get("log.flush.interval.ms")
+    return LONG_MAX if value is None else value
+
+
+_DERIVED = {"retention.ms": _retention_ms, "segment.ms": _segment_ms, "flush.ms": _flush_ms}
+#: Broker settings that supply a topic setting's default, most specific first.
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "segment.ms": ("log.roll.ms", "log.roll.hours"),
+}
+
+
+def broker_synonyms(name: str) -> tuple[str, ...]:
+    """The broker-level names behind topic setting ``name``."""
+    return SYNONYMS.get(name, (TOPIC_CONFIG_DEFS[name].synonym,))
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
@@ -305,8 +320,7 @@ class TopicConfig(Mapping[str, Any]):
     def source(self, name: str) -> ConfigSource:
         if name in self.overrides:
             return ConfigSource.TOPIC_CONFIG
-        synonym = TOPIC_CONFIG_DEFS[name].synonym
-        if synonym in self.broker.explicit:
+        if any(synonym in self.broker.explicit for synonym in broker_synonyms(name)):
             return ConfigSource.STATIC_BROKER_CONFIG
         return ConfigSource.DEFAULT_CONFIG
 

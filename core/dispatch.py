@@ -40,9 +40,8 @@ async def handle_frame(broker: Broker, conn: ConnectionInfo, principal: Principa
         body_out = api.error_response(request, ErrorCode.UNSUPPORTED_VERSION)
         return encode_response(header.api_key, nearest, header.correlation_id, body_out)
 
+    # Trailing bytes after the body are ignored, as Kafka ignores them (librdkafka sends some).
     request = broker.hook.brokkr_decode_request(header=header, body=body, broker=broker)
-    if body.remaining:
-        raise CorruptRequest(f"{body.remaining} trailing bytes after {header.api_name} v{version}")
     ctx = RequestContext(conn, principal, header.api_key, version, header.client_id, header.correlation_id)
     try:
         response = await api.handle(broker, ctx, request)

@@ -4,7 +4,7 @@ and synonyms, as Kafka's ConfigHelper reports them."""
 from __future__ import annotations
 
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
-from ..config import TOPIC_CONFIG_DEFS, ConfigSource, format_value
+from ..config import TOPIC_CONFIG_DEFS, ConfigSource, broker_synonyms, format_value
 from ..errors import ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
@@ -31,21 +31,19 @@ def _topic_entries(broker, topic, request) -> list:
                         name=name, value=format_value(config[name]), source=ConfigSource.TOPIC_CONFIG
                     )
                 )
-            if d.synonym in broker.config.explicit:
-                synonyms.append(
-                    DescribeConfigsSynonym(
-                        name=d.synonym,
-                        value=format_value(broker.config[d.synonym]),
-                        source=ConfigSource.STATIC_BROKER_CONFIG,
+            for synonym in broker_synonyms(name):
+                if synonym in broker.config.explicit:
+                    value = format_value(broker.config[synonym])
+                    synonyms.append(
+                        DescribeConfigsSynonym(name=synonym, value=value, source=ConfigSource.STATIC_BROKER_CONFIG)
                     )
-                )
-            default = broker.config.defs[d.synonym].default if d.synonym in broker.config.defs else None
-            if default is not None:
-                synonyms.append(
-                    DescribeConfigsSynonym(
-                        name=d.synonym, value=format_value(default), source=ConfigSource.DEFAULT_CONFIG
+            for synonym in broker_synonyms(name):
+                default = broker.config.defs[synonym].default
+                if default is not None:
+                    value = format_value(default)
+                    synonyms.append(
+                        DescribeConfigsSynonym(name=synonym, value=value, source=ConfigSource.DEFAULT_CONFIG)
                     )
-                )
         out.append(
             DescribeConfigsResourceResult(
                 name=name,

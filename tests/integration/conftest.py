@@ -55,16 +55,28 @@ def ck_conf(bootstrap: str, **extra: Any) -> dict[str, Any]:
 
 
 def ck_admin(bootstrap: str) -> AdminClient:
-    return AdminClient(ck_conf(bootstrap))
+    # The admin client is a producer inside librdkafka, so its Metadata requests would
+    # auto-create the topics they name; looking a deleted topic up must not recreate it.
+    return AdminClient(ck_conf(bootstrap, **{"allow.auto.create.topics": False}))
 
 
 def ck_create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
     """Create a topic with confluent's AdminClient and wait (bounded) for the result."""
-    futures = ck_admin(bootstrap).create_topics(
+    admin = ck_admin(bootstrap)  # must outlive the future, or the request is abandoned
+    futures = admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
         request_timeout=10,
     )
     futures[name].result(timeout=DEFAULT_TIMEOUT)
+
+
+def ck_describe_topic_configs(bootstrap: str, name: str) -> dict[str, Any]:
+    """DescribeConfigs of one topic through confluent's AdminClient: name -> ConfigEntry."""
+    from confluent_kafka.admin import ConfigResource
+
+    admin = ck_admin(bootstrap)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    return admin.describe_configs([resource], request_timeout=10)[resource].result(timeout=DEFAULT_TIMEOUT)
 
 
 class DeliveryReports:
@@ -92,7 +104,10 @@ def ck_flush(producer: Producer, timeout: float = DEFAULT_TIMEOUT) -> None:
 
 def _ck_rec(msg: Any) -> Rec:
     ts_type, ts = msg.timestamp()
-    kind = {confluent_kafka.TIMESTAMP_CREATE_TIME: CREATE_TIME, confluent_kafka.TIMESTAMP_LOG_APPEND_TIME: LOG_APPEND_TIME}
+    kind = {
+        confluent_kafka.TIMESTAMP_CREATE_TIME: CREATE_TIME,
+        confluent_kafka.TIMESTAMP_LOG_APPEND_TIME: LOG_APPEND_TIME,
+    }
     return Rec(
         msg.partition(),
         msg.offset(),
@@ -172,7 +187,6 @@ def kp_consumer(bootstrap: str, **extra: Any):
         group_id=None,
         enable_auto_commit=False,
         request_timeout_ms=10000,
-        api_version_auto_timeout_ms=10000,
     )
     conf.update(extra)
     return KafkaConsumer(**conf)
@@ -301,6 +315,11 @@ def assert_records_match(
             assert rec.timestamp == spec.timestamp, rec.offset
         else:
             assert window[0] <= rec.timestamp <= window[1], (rec.offset, rec.timestamp, window)
+
+
+def broker_topics(broker_thread: Any) -> set[str]:
+    """The names of the topics the broker holds, read on the broker's own loop."""
+    return broker_thread.call(lambda: set(broker_thread.broker.topics))
 
 
 def now_ms() -> int:
