@@ -111,14 +111,7 @@ class Broker:
         topic_id: uuid.UUID | None = None,
     ) -> Topic:
         """Create a topic and open a log for each partition (raises BrokkrError)."""
-        validate_topic_name(name)
-        if name in self.topics:
-            raise BrokkrError(f"Topic '{name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
-        collides = [t for t in self.topics if t.replace(".", "_") == name.replace(".", "_")]
-        if collides:
-            raise BrokkrError(
-                f"Topic '{name}' collides with existing topic: {collides[0]}", ErrorCode.INVALID_TOPIC_EXCEPTION
-            )
+        self.check_new_topic_name(name)
         try:
             topic_config = self.config.topic_config(configs)
         except ConfigError as exc:
@@ -138,6 +131,18 @@ class Broker:
         self.topics_by_id[topic.topic_id] = topic
         log.info("created topic %s (%s) with %d partition(s)", name, topic.topic_id, n)
         return topic
+
+    def check_new_topic_name(self, name: str) -> None:
+        """Raise BrokkrError unless ``name`` is legal and free (Kafka also refuses names that
+        differ from an existing one only by '.' versus '_', since metric names collide)."""
+        validate_topic_name(name)
+        if name in self.topics:
+            raise BrokkrError(f"Topic '{name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
+        collides = [t for t in self.topics if t.replace(".", "_") == name.replace(".", "_")]
+        if collides:
+            raise BrokkrError(
+                f"Topic '{name}' collides with existing topic: {collides[0]}", ErrorCode.INVALID_TOPIC_EXCEPTION
+            )
 
     def delete_topic(self, name: str) -> None:
         topic = self.topics.pop(name)

@@ -203,6 +203,8 @@ TOPIC_CONFIGS: tuple[ConfigDef, ...] = (
     ),
 )
 TOPIC_CONFIG_DEFS = {d.name: d for d in TOPIC_CONFIGS}
+
+
 def _flush_ms(broker: Mapping[str, Any]) -> int:
     value = broker.get("log.flush.interval.ms")
     return LONG_MAX if value is None else value

@@ -7,7 +7,6 @@ from collections import Counter
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..config import format_value, validate_topic_overrides
 from ..errors import BrokkrError, ConfigError, ErrorCode
-from ..partition import validate_topic_name
 from ..protocol.frames import response_spec
 from . import Api
 
@@ -20,9 +19,7 @@ CreatableTopicConfigs = _R.struct("CreatableTopicConfigs")
 
 def _check(broker, t) -> tuple[int, dict]:
     """Validate one creatable topic; returns (partitions, config overrides) or raises."""
-    validate_topic_name(t.name)
-    if t.name in broker.topics:
-        raise BrokkrError(f"Topic '{t.name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
+    broker.check_new_topic_name(t.name)
     if t.assignments:
         if t.num_partitions != -1 or t.replication_factor != -1:
             raise BrokkrError(

@@ -193,6 +193,7 @@ def kp_consumer(bootstrap: str, **extra: Any):
 
 
 def _kp_rec(msg: Any) -> Rec:
+    """A kafka-python (or aiokafka) ConsumerRecord as a Rec."""
     return Rec(
         msg.partition,
         msg.offset,
@@ -229,16 +230,7 @@ def kp_consume(
 # -- aiokafka ------------------------------------------------------------------------
 
 
-def _aio_rec(msg: Any) -> Rec:
-    return Rec(
-        msg.partition,
-        msg.offset,
-        msg.key,
-        msg.value,
-        list(msg.headers or []),
-        msg.timestamp,
-        {0: CREATE_TIME, 1: LOG_APPEND_TIME}.get(msg.timestamp_type, f"unknown({msg.timestamp_type})"),
-    )
+_aio_rec = _kp_rec  # aiokafka's ConsumerRecord has kafka-python's attributes
 
 
 async def aio_consume_async(
