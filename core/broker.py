@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -26,9 +27,10 @@ from .config import BROKER_CONFIGS, BrokerConfig
 from .context import RequestContext
 from .delayed import Purgatory
 from .errors import BrokkrError, ConfigError, ErrorCode
-from .log import AppendInfo
+from .log import AppendInfo, OffsetOutOfRange, Storage, StoredTopic
 from .partition import Partition, Topic, validate_topic_name
 from .plugins import create_plugin_manager
+from .retention import retention_offset
 from .server import Listener, Server, parse_listeners
 from .validation import ValidatedRecords
 
@@ -58,16 +60,29 @@ class Broker:
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
         self.purgatory = Purgatory()
         self.codecs: dict[int, Any] = {}
+        self.storage: Storage | None = None
         self._server: Server | None = None
         self._stopped: asyncio.Event | None = None
+        self._maintenance: asyncio.Task | None = None
 
     # -- lifecycle --------------------------------------------------------------------
 
-    async def start(self) -> None:
+    def open_storage(self) -> Storage:
+        """Collect the codecs and open the storage (``start`` does this first)."""
         self.codecs = {c.id: c for result in self.hook.brokkr_codecs(broker=self) for c in result}
+        storage = self.hook.brokkr_open_storage(broker=self)
+        if storage is None:
+            raise ConfigError(f"no storage plugin answers brokkr.storage={self.config['brokkr.storage']!r}")
+        return storage
+
+    async def start(self) -> None:
+        self.storage = self.open_storage()
+        for stored in self.storage.load_topics():
+            self._open_topic(stored)
         self._stopped = asyncio.Event()
         self._server = Server(self)
         self.listeners = await self._server.start(self.listeners)
+        self._maintenance = asyncio.create_task(self._maintain(), name="brokkr-log-maintenance")
         log.info("brokkr node %s listening on %s", self.node_id, self.bootstrap_servers)
         self.hook.brokkr_broker_started(broker=self)
 
@@ -77,11 +92,15 @@ class Broker:
         server, self._server = self._server, None
         await server.stop_accepting()
         self.hook.brokkr_broker_stopping(broker=self)
+        assert self._maintenance is not None
+        self._maintenance.cancel()
         self.purgatory.expire_all()
         await server.close_connections()
         for topic in self.topics.values():
             for p in topic.partitions:
                 p.log.close()
+        assert self.storage is not None
+        self.storage.close()
         assert self._stopped is not None
         self._stopped.set()
         log.info("brokkr node %s stopped", self.node_id)
@@ -113,24 +132,34 @@ class Broker:
         """Create a topic and open a log for each partition (raises BrokkrError)."""
         self.check_new_topic_name(name)
         try:
-            topic_config = self.config.topic_config(configs)
+            overrides = self.config.topic_config(configs).override_strings()
         except ConfigError as exc:
             raise BrokkrError(str(exc), ErrorCode.INVALID_CONFIG) from None
         n = self.config["num.partitions"] if num_partitions is None else num_partitions
         if n < 1:
             raise BrokkrError("Number of partitions must be larger than 0.", ErrorCode.INVALID_PARTITIONS)
-        topic = Topic(name, topic_id or uuid.uuid4(), topic_config)
-        for index in range(n):
-            plog = self.hook.brokkr_open_log(
-                topic=name, partition=index, topic_id=topic.topic_id, config=topic_config, broker=self
-            )
-            if plog is None:
-                raise ConfigError(f"no storage plugin answers brokkr.storage={self.config['brokkr.storage']!r}")
-            topic.partitions.append(Partition(topic, index, plog))
-        self.topics[name] = topic
-        self.topics_by_id[topic.topic_id] = topic
+        stored = StoredTopic(name, topic_id or uuid.uuid4(), n, overrides)
+        topic = self._open_topic(stored)
+        self._save_catalog()
         log.info("created topic %s (%s) with %d partition(s)", name, topic.topic_id, n)
         return topic
+
+    def _open_topic(self, stored: StoredTopic) -> Topic:
+        assert self.storage is not None, "the broker is not started"
+        topic = Topic(stored.name, stored.topic_id, self.config.topic_config(stored.configs))
+        for index in range(stored.partitions):
+            plog = self.storage.open_log(stored, index, topic.config)
+            topic.partitions.append(Partition(topic, index, plog))
+        self.topics[topic.name] = topic
+        self.topics_by_id[topic.topic_id] = topic
+        return topic
+
+    def _save_catalog(self) -> None:
+        assert self.storage is not None
+        topics = self.topics.values()
+        self.storage.save_topics(
+            [StoredTopic(t.name, t.topic_id, len(t.partitions), t.config.override_strings()) for t in topics]
+        )
 
     def check_new_topic_name(self, name: str) -> None:
         """Raise BrokkrError unless ``name`` is legal and free (Kafka also refuses names that
@@ -149,6 +178,7 @@ class Broker:
         del self.topics_by_id[topic.topic_id]
         for p in topic.partitions:
             p.log.delete()
+        self._save_catalog()
         log.info("deleted topic %s", name)
 
     def partition(self, topic: str, index: int) -> Partition | None:
@@ -188,6 +218,50 @@ class Broker:
         partition.high_watermark = new
         self.hook.brokkr_high_watermark_advanced(partition=partition, old=old, new=new, broker=self)
         self.purgatory.check(partition)
+
+    def delete_records(self, partition: Partition, offset: int) -> int:
+        """DeleteRecords: advance the log start offset to ``offset`` (-1: the high
+        watermark); return the new low watermark. Offsets past the high watermark raise
+        OffsetOutOfRange, as in Kafka."""
+        if offset == -1:
+            offset = partition.high_watermark
+        if not 0 <= offset <= partition.high_watermark:
+            raise OffsetOutOfRange(
+                f"Cannot increment the log start offset to {offset} of partition {partition.name} "
+                f"since it is larger than the high watermark {partition.high_watermark}"
+            )
+        partition.log.delete_before(offset)
+        return partition.log.log_start_offset
+
+    def apply_retention(self, now_ms: int | None = None) -> None:
+        """Drop the segments that retention.ms, retention.bytes or the log start offset
+        make deletable, in every partition (see :mod:`brokkr.core.retention`)."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        for topic in list(self.topics.values()):
+            for p in topic.partitions:
+                offset = retention_offset(p.log.segments(), p.config, now_ms, p.high_watermark, p.log.log_start_offset)
+                if offset is not None:
+                    log.info("retention: %s starts at offset %d", p.name, offset)
+                    p.log.delete_before(offset)
+
+    async def _maintain(self) -> None:
+        """Kafka's scheduler, for the log: retention and checkpoints at their intervals."""
+        assert self.storage is not None
+        intervals = {
+            self.apply_retention: self.config["log.retention.check.interval.ms"] / 1000,
+            self.storage.checkpoint: self.config["log.flush.offset.checkpoint.interval.ms"] / 1000,
+        }
+        loop = asyncio.get_running_loop()
+        due = {task: loop.time() + every for task, every in intervals.items()}
+        while True:
+            await asyncio.sleep(max(min(due.values()) - loop.time(), 0))
+            for task, when in due.items():
+                if when <= loop.time():
+                    due[task] = loop.time() + intervals[task]
+                    try:
+                        task()
+                    except Exception:
+                        log.exception("log maintenance (%s) failed", task.__name__)
 
     def produce_complete(self, partition: Partition, required_offset: int) -> bool:
         results = self.hook.brokkr_produce_complete(partition=partition, required_offset=required_offset, broker=self)

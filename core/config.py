@@ -144,6 +144,14 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("log.flush.interval.messages", L, LONG_MAX, "Messages between forced flushes."),
     ConfigDef("log.flush.interval.ms", L, None, "Time between forced flushes."),
     ConfigDef(
+        "log.flush.offset.checkpoint.interval.ms",
+        I,
+        60000,
+        "How often recovery points and log start offsets are checkpointed.",
+        validator=at_least(1),
+    ),
+    ConfigDef("log.retention.check.interval.ms", L, 300000, "How often retention runs.", validator=at_least(1)),
+    ConfigDef(
         "log.message.timestamp.type",
         S,
         "CreateTime",
@@ -154,7 +162,7 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("log.message.timestamp.after.max.ms", L, 3600000, "Allowed lead of a record's timestamp."),
     ConfigDef("compression.type", S, "producer", "Codec for stored batches.", validator=one_of(*COMPRESSION_TYPES)),
     ConfigDef("min.insync.replicas", I, 1, "Replicas that must acknowledge an acks=-1 write.", validator=at_least(1)),
-    ConfigDef("brokkr.storage", S, "memory", "Which storage plugin keeps the logs (memory, ...)."),
+    ConfigDef("brokkr.storage", S, "segment", "Which storage plugin keeps the logs: segment (Kafka's files), memory."),
     ConfigDef("brokkr.plugins.disabled", LST, [], "Names of plugins not to load (built-in or entry point)."),
 )
 
@@ -318,6 +326,10 @@ class TopicConfig(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._values)
+
+    def override_strings(self) -> dict[str, str]:
+        """The topic's own settings as Kafka prints them (what a catalog stores)."""
+        return {name: format_value(value) for name, value in self.overrides.items()}
 
     def source(self, name: str) -> ConfigSource:
         if name in self.overrides:

@@ -12,7 +12,7 @@ request (compare ``pytest_runtest_protocol``)::
     brokkr_authorize                         once, with a WRITE action per topic
     for each authorized partition:
         brokkr_validate_records              once per partition batch
-        PartitionLog.append                  (the object brokkr_open_log returned)
+        PartitionLog.append                  (a log of the brokkr_open_storage storage)
         brokkr_after_log_append              once per partition batch
         brokkr_high_watermark_advanced       when the high watermark moves
         brokkr_segment_rolled                when the append rolled a segment
@@ -22,8 +22,8 @@ request (compare ``pytest_runtest_protocol``)::
                                              all agree or timeout_ms expires
 
 ``brokkr_authenticate`` runs once per connection, before its first request.
-Start-up hooks (``brokkr_config_definitions``, ``brokkr_codecs``) run once per broker;
-``brokkr_open_log`` once per partition when it is created or loaded.
+Start-up hooks (``brokkr_config_definitions``, ``brokkr_codecs``, ``brokkr_open_storage``)
+run once per broker.
 
 Rule for every hook: never called once per record. Implementations that pick an
 implementation (codecs, storage) return objects the core keeps and calls directly.
@@ -38,9 +38,9 @@ import pluggy
 if TYPE_CHECKING:
     from .authorization import Action, AuthorizationResult
     from .broker import Broker
-    from .config import ConfigDef, TopicConfig
+    from .config import ConfigDef
     from .context import ConnectionInfo, Principal, RequestContext
-    from .log import AppendInfo, PartitionLog, SegmentInfo
+    from .log import AppendInfo, SegmentInfo, Storage
     from .partition import Partition
     from .protocol.frames import RequestHeader
     from .protocol.primitives import Reader
@@ -226,24 +226,21 @@ def brokkr_validate_records(
 
 
 @hookspec(firstresult=True)
-def brokkr_open_log(
-    topic: str, partition: int, topic_id: Any, config: TopicConfig, broker: Broker
-) -> PartitionLog | None:
-    """Open (creating if needed) the log that stores one partition.
+def brokkr_open_storage(broker: Broker) -> Storage | None:
+    """Open the storage that keeps the broker's topics and partition logs.
 
-    Called once per partition, when its topic is created or loaded at start-up; the
-    core then calls the returned object's ``append``/``read`` directly on the hot path.
+    Called once, when the broker starts, before any topic is loaded or created. The
+    returned :class:`brokkr.core.log.Storage` lists the topics it kept
+    (``load_topics``) and opens one :class:`brokkr.core.log.PartitionLog` per partition;
+    the core then calls those logs' ``append``/``read`` directly on the hot path.
     Storage plugins check ``broker.config["brokkr.storage"]`` and return ``None`` when
-    another backend is selected.
+    another backend is selected. A durable backend that remembers the cluster id may
+    restore ``broker.cluster_id`` here.
 
     Stops at first non-None result.
 
-    :param topic: Topic name.
-    :param partition: Partition index.
-    :param topic_id: The topic's UUID.
-    :param config: The topic's settings (segment.bytes, retention.ms, ...).
-    :param broker: The broker.
-    :return: An object satisfying :class:`brokkr.core.log.PartitionLog`.
+    :param broker: The broker (its ``config`` holds ``log.dirs`` and the log defaults).
+    :return: An object satisfying :class:`brokkr.core.log.Storage`, or ``None``.
     """
 
 

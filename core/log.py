@@ -1,23 +1,43 @@
-"""The storage contract: what a partition log is to the rest of the broker.
+"""The storage contract: what a storage backend is to the rest of the broker.
 
-A storage plugin's ``brokkr_open_log`` returns an object satisfying
-:class:`PartitionLog`. The core assigns offsets (patching each batch header) before it
-calls :meth:`PartitionLog.append`, so a log stores bytes it is given and answers reads;
-it never parses requests. ``brokkr.core.testing.LogContract`` (shipped with the package)
-is the test suite every backend must pass.
+A storage plugin's ``brokkr_open_storage`` returns one :class:`Storage` per broker (Kafka's
+``LogManager``); it keeps the topic catalog and opens one :class:`PartitionLog` per
+partition (Kafka's ``UnifiedLog``). The core assigns offsets (patching each batch header)
+before it calls :meth:`PartitionLog.append`, so a log stores bytes it is given and answers
+reads; it never parses requests. :mod:`brokkr.core.storage_contract` is the test suite
+every backend must pass, shipped so third-party backends can run it too.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import uuid
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
 from .errors import BrokkrError, ErrorCode
+from .protocol.records import HEADER_SIZE, BatchHeader, Record, decode_records
+
+if TYPE_CHECKING:
+    from .config import TopicConfig
+    from .validation import Codec
 
 
 class OffsetOutOfRange(BrokkrError):
     code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+@attrs.frozen
+class SegmentInfo:
+    """One segment: its offset range [base_offset, next_offset), size and largest timestamp.
+
+    ``path`` names the segment's file for backends that have one (sinks read it)."""
+
+    base_offset: int
+    next_offset: int
+    size: int
+    max_timestamp: int = -1
+    path: str | None = None
 
 
 @attrs.frozen
@@ -33,19 +53,28 @@ class AppendInfo:
 
 
 @attrs.frozen
-class SegmentInfo:
-    """A closed segment: its offset range and size."""
-
-    base_offset: int
-    next_offset: int
-    size: int
-    path: str | None = None
-
-
-@attrs.frozen
 class TimestampOffset:
     offset: int
     timestamp: int
+
+
+@attrs.frozen
+class StoredTopic:
+    """A topic as the catalog keeps it: ``configs`` are its overrides, as strings."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = attrs.field(factory=dict)
+
+
+def batch_records(buf: bytes | memoryview, header: BatchHeader, codecs: dict[int, Codec]) -> list[Record]:
+    """The records of one stored batch (decompressed): for backends answering timestamp
+    lookups, never for the produce or fetch path."""
+    payload = memoryview(buf)[header.position + HEADER_SIZE : header.end]
+    if header.codec:
+        payload = codecs[header.codec].decompress(payload)
+    return decode_records(header, payload)
 
 
 @runtime_checkable
@@ -72,16 +101,55 @@ class PartitionLog(Protocol):
         """Whole batches from the one containing ``offset``, stopping before
         ``max_offset`` (the high watermark) and within ``max_bytes``; with ``min_one``
         the first batch is returned even when larger than ``max_bytes`` (KIP-74).
-        Raise :class:`OffsetOutOfRange` outside [log_start_offset, log_end_offset]."""
+        A read may stop at a segment's end. Raise :class:`OffsetOutOfRange` outside
+        [log_start_offset, log_end_offset]."""
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
-        """The first record with a timestamp >= ``timestamp``, or None."""
+        """The first record at or after the log start with a timestamp >= ``timestamp``,
+        or None."""
 
     def max_timestamp(self) -> TimestampOffset | None:
         """The record with the largest timestamp (the earliest such), or None if empty."""
 
+    def segments(self) -> list[SegmentInfo]:
+        """The segments, oldest first; the last one is the active segment."""
+
+    def delete_before(self, offset: int) -> None:
+        """Advance the log start offset to ``offset`` (DeleteRecords, retention), dropping
+        every segment that lies wholly below it. Never moves backwards; the caller keeps
+        ``offset`` at or below the high watermark."""
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or after ``offset``, which must fall on a batch
+        boundary; the log end offset becomes ``offset``."""
+
     def close(self) -> None:
-        """Release resources; data stays."""
+        """Flush and release resources; data stays."""
 
     def delete(self) -> None:
         """Remove the partition's data (its topic was deleted)."""
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """A broker's storage: the topic catalog plus one log per partition."""
+
+    #: Whether logs and the catalog survive a restart.
+    durable: bool
+
+    def load_topics(self) -> list[StoredTopic]:
+        """The topics kept from earlier runs, once their logs are recovered."""
+
+    def save_topics(self, topics: list[StoredTopic]) -> None:
+        """Persist the catalog; called after every topic creation and deletion."""
+
+    def open_log(self, topic: StoredTopic, partition: int, config: TopicConfig) -> PartitionLog:
+        """Open (creating if needed) the log of one partition."""
+
+    def checkpoint(self) -> None:
+        """Persist what makes the next start fast (recovery points, log start offsets).
+        Called every ``log.flush.offset.checkpoint.interval.ms`` and at shutdown."""
+
+    def close(self) -> None:
+        """Called once after every log is closed: the final checkpoint; the next start is
+        a clean one."""

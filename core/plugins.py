@@ -26,6 +26,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.core.delayed",
     "brokkr.plugins.codecs.none",
     "brokkr.plugins.storage.memory",
+    "brokkr.plugins.storage.segment",
     "brokkr.plugins.auth.allow_all",
     "brokkr.plugins.quota.unlimited",
 )

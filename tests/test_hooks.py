@@ -84,8 +84,8 @@ class EveryHook:
         return None
 
     @hookimpl
-    def brokkr_open_log(self, topic, partition):
-        self.calls["brokkr_open_log"] += 1
+    def brokkr_open_storage(self, broker):
+        self.calls["brokkr_open_storage"] += 1
         return None
 
     @hookimpl
@@ -136,10 +136,11 @@ def test_builtin_plugins_register_under_stable_names_and_can_be_disabled():
         create_plugin_manager(disabled=["brokkr.core.default_decoder"], entry_points=False)
 
 
-def test_with_no_storage_plugin_topic_creation_fails_clearly(brokkr_broker_factory):
-    broker = brokkr_broker_factory({"brokkr.plugins.disabled": "brokkr.plugins.storage.memory"})
-    with pytest.raises(ConfigError, match="no storage plugin"):
-        broker.call(broker.broker.create_topic, "t")
+@pytest.mark.parametrize("storage", ["segment", "memory", "nonesuch"])
+def test_with_no_storage_plugin_the_broker_refuses_to_start(brokkr_broker_factory, storage):
+    disabled = "brokkr.plugins.storage.memory,brokkr.plugins.storage.segment"
+    with pytest.raises(ConfigError, match=f"no storage plugin answers brokkr.storage='{storage}'"):
+        brokkr_broker_factory({"brokkr.plugins.disabled": disabled, "brokkr.storage": storage})
 
 
 def test_a_users_firstresult_plugin_wins_over_the_builtin(brokkr_broker_factory):

@@ -37,6 +37,7 @@ _MODULES = (
     "api_versions",
     "create_topics",
     "delete_topics",
+    "delete_records",
     "describe_configs",
 )
 

@@ -1,1 +1,1 @@
-"""Storage plugins: implementations of ``brokkr_open_log`` (see brokkr.core.log)."""
+"""Storage plugins: implementations of ``brokkr_open_storage`` (see brokkr.core.log)."""

@@ -1,9 +1,9 @@
 """In-memory storage: each partition's appends held in Python lists, grouped in segments.
 
-Selected with ``brokkr.storage=memory``. Nothing survives a restart; useful for tests,
-for embedding, and as the smallest example of a storage plugin. Segments roll on
-``segment.bytes`` and ``segment.ms`` as on disk, so ``brokkr_segment_rolled`` fires
-exactly as it would with files.
+Selected with ``brokkr.storage=memory``. Nothing survives a restart (not even the topics);
+useful for tests, for embedding, and as the smallest example of a storage plugin.
+Segments roll on ``segment.bytes`` and ``segment.ms`` as on disk, so retention and
+``brokkr_segment_rolled`` behave exactly as they would with files.
 """
 
 from __future__ import annotations
@@ -11,16 +11,23 @@ from __future__ import annotations
 import bisect
 import time
 
-from brokkr.core.log import AppendInfo, OffsetOutOfRange, SegmentInfo, TimestampOffset
+from brokkr.core.log import (
+    AppendInfo,
+    OffsetOutOfRange,
+    SegmentInfo,
+    StoredTopic,
+    TimestampOffset,
+    batch_records,
+)
 from brokkr.core.plugins import hookimpl
-from brokkr.core.protocol.records import HEADER_SIZE, decode_records, iter_batches_untrusted
+from brokkr.core.protocol.records import iter_batches_untrusted
 
 
 class _Segment:
     __slots__ = ("base_offset", "batches", "firsts", "lasts", "max_timestamps", "size", "created")
 
     def __init__(self, base_offset: int):
-        self.base_offset = base_offset
+        self.base_offset = base_offset  # of the segment, even once its first batches are gone
         self.batches: list[bytes | bytearray] = []  # one entry per append: whole batches
         self.firsts: list[int] = []
         self.lasts: list[int] = []
@@ -35,7 +42,7 @@ class MemoryLog:
     def __init__(self, config, codecs):
         self.config = config
         self.codecs = codecs
-        self.segments = [_Segment(0)]
+        self._segments = [_Segment(0)]
         self._start = 0
         self._end = 0
 
@@ -49,13 +56,13 @@ class MemoryLog:
 
     def append(self, records, first_offset, last_offset, max_timestamp, record_count) -> AppendInfo:
         rolled = None
-        seg = self.segments[-1]
+        seg = self._segments[-1]
         too_big = seg.size + len(records) > self.config["segment.bytes"]
         too_old = (time.monotonic() - seg.created) * 1000 >= self.config["segment.ms"]
         if seg.batches and (too_big or too_old):
-            rolled = SegmentInfo(seg.base_offset, self._end, seg.size)
+            rolled = self._info(-1)
             seg = _Segment(first_offset)
-            self.segments.append(seg)
+            self._segments.append(seg)
         # The core hands over ``records``; keep it as it is, one entry per append.
         seg.batches.append(records)
         seg.firsts.append(first_offset)
@@ -70,8 +77,8 @@ class MemoryLog:
             raise OffsetOutOfRange(f"offset {offset} is outside [{self._start}, {self._end}]")
         out: list[bytes] = []
         size = 0
-        si = max(bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1, 0)
-        for seg in self.segments[si:]:
+        si = max(bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1, 0)
+        for seg in self._segments[si:]:
             bi = bisect.bisect_left(seg.lasts, offset)
             for batch, first in zip(seg.batches[bi:], seg.firsts[bi:]):
                 if first >= max_offset:
@@ -83,17 +90,11 @@ class MemoryLog:
         return b"".join(out)
 
     def _batches(self):
-        for seg in self.segments:
+        for seg in self._segments:
             yield from zip(seg.batches, seg.max_timestamps)
 
     def _records(self, entry: bytes):
-        out = []
-        for h in iter_batches_untrusted(entry):
-            payload = memoryview(entry)[h.position + HEADER_SIZE : h.end]
-            if h.codec:
-                payload = self.codecs[h.codec].decompress(payload)
-            out.extend(decode_records(h, payload))
-        return out
+        return [rec for h in iter_batches_untrusted(entry) for rec in batch_records(entry, h, self.codecs)]
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         for batch, max_ts in self._batches():
@@ -114,16 +115,71 @@ class MemoryLog:
         rec = next((r for r in records if r.timestamp == best[1]), records[-1])
         return TimestampOffset(rec.offset, best[1])
 
+    def _info(self, index: int) -> SegmentInfo:
+        index %= len(self._segments)
+        seg = self._segments[index]
+        following = self._segments[index + 1].base_offset if index + 1 < len(self._segments) else self._end
+        return SegmentInfo(seg.base_offset, following, seg.size, max(seg.max_timestamps, default=-1))
+
+    def segments(self) -> list[SegmentInfo]:
+        return [self._info(i) for i in range(len(self._segments))]
+
+    def delete_before(self, offset: int) -> None:
+        if offset <= self._start:
+            return
+        self._start = offset
+        while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+            del self._segments[0]
+
+    def truncate_to(self, offset: int) -> None:
+        if offset >= self._end:
+            return
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            self._segments.pop()
+        seg = self._segments[-1]
+        keep = bisect.bisect_left(seg.firsts, offset)
+        if keep < len(seg.firsts) and seg.firsts[keep] != offset:
+            raise ValueError(f"offset {offset} is not a batch boundary")
+        for column in (seg.batches, seg.firsts, seg.lasts, seg.max_timestamps):
+            del column[keep:]
+        seg.size = sum(len(b) for b in seg.batches)
+        self._end = offset
+        self._start = min(self._start, offset)
+
     def close(self) -> None:
         pass
 
     def delete(self) -> None:
-        self.segments = [_Segment(self._end)]
+        self._segments = [_Segment(self._end)]
         self._start = self._end
 
 
+class MemoryStorage:
+    """Satisfies :class:`brokkr.core.log.Storage`; keeps nothing across restarts."""
+
+    durable = False
+
+    def __init__(self, codecs):
+        self.codecs = codecs
+
+    def load_topics(self) -> list[StoredTopic]:
+        return []
+
+    def save_topics(self, topics: list[StoredTopic]) -> None:
+        pass
+
+    def open_log(self, topic: StoredTopic, partition: int, config) -> MemoryLog:
+        return MemoryLog(config, self.codecs)
+
+    def checkpoint(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 @hookimpl(trylast=True)
-def brokkr_open_log(config, broker) -> MemoryLog | None:
+def brokkr_open_storage(broker) -> MemoryStorage | None:
     if broker.config["brokkr.storage"] != "memory":
         return None
-    return MemoryLog(config, broker.codecs)
+    return MemoryStorage(broker.codecs)

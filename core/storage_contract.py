@@ -1,0 +1,303 @@
+"""The storage contract as a test suite: every storage backend must pass it.
+
+A backend's tests subclass :class:`StorageContract` and say which backend to test::
+
+    from brokkr.core.storage_contract import StorageContract
+
+    class TestMyStorage(StorageContract):
+        storage_name = "mine"           # the value of brokkr.storage that selects it
+        plugins = (my_plugin_module,)   # unless it is installed through an entry point
+
+pytest then runs every ``test_*`` method below against it: appends, reads at every
+offset and within size limits, lookups by timestamp, truncation, retention, and (for
+backends with ``durable = True``) restarts. The storage is opened through the
+``brokkr_open_storage`` hook, exactly as a broker opens it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .broker import Broker
+from .log import AppendInfo, OffsetOutOfRange, PartitionLog, Storage, StoredTopic
+from .protocol.records import build_batch, iter_batches_untrusted, patch_batch, read_all_records
+from .retention import retention_offset
+
+MIB = 1 << 20
+
+
+class Harness:
+    """Opens the backend's storage in a directory, as a broker would, and reopens it."""
+
+    def __init__(self, contract: StorageContract, directory: Path):
+        self.contract = contract
+        self.directory = directory
+        self.storage: Storage | None = None
+        self.logs: list[PartitionLog] = []
+
+    def open(self) -> Storage:
+        config = {"brokkr.storage": self.contract.storage_name, "log.dirs": str(self.directory)}
+        self.broker = Broker(config, self.contract.plugins)
+        self.storage = self.broker.open_storage()
+        return self.storage
+
+    def log(self, name: str = "t", partition: int = 0, **configs: Any) -> PartitionLog:
+        """Create topic ``name`` with ``configs`` (once) and open one of its partitions."""
+        storage = self.storage or self.open()
+        topics = {t.name: t for t in storage.load_topics()}
+        stored = topics.get(name)
+        if stored is None:
+            stored = StoredTopic(name, uuid.uuid4(), partition + 1, {k: str(v) for k, v in configs.items()})
+            storage.save_topics([*topics.values(), stored])
+        plog = storage.open_log(stored, partition, self.broker.config.topic_config(stored.configs))
+        self.logs.append(plog)
+        return plog
+
+    def restart(self, name: str = "t", partition: int = 0) -> PartitionLog:
+        """Close everything cleanly, open the storage again and reopen one log."""
+        self.close()
+        self.open()
+        return self.log(name, partition)
+
+    def close(self) -> None:
+        for plog in self.logs:
+            plog.close()
+        self.logs = []
+        if self.storage is not None:
+            self.storage.close()
+            self.storage = None
+
+
+def append(plog: PartitionLog, records: int = 1, timestamp: int = 1_000, value_size: int = 10) -> AppendInfo:
+    """Append one batch as the core does: offsets patched in, starting at the log end."""
+    first = plog.log_end_offset
+    batch = bytearray(build_batch([(b"k%d" % i, b"v" * value_size) for i in range(records)], timestamp=timestamp))
+    patch_batch(batch, 0, first, 0)
+    return plog.append(batch, first, first + records - 1, timestamp, records)
+
+
+def offsets_in(data: bytes) -> list[int]:
+    return [r.offset for r in read_all_records(data)]
+
+
+class StorageContract:
+    """The behaviour every :class:`brokkr.core.log.Storage` backend shares."""
+
+    storage_name: str = ""
+    plugins: tuple = ()
+    #: False for backends that keep nothing across restarts (their restart tests skip).
+    durable: bool = True
+
+    @pytest.fixture
+    def harness(self, tmp_path: Path):
+        h = Harness(self, tmp_path / "logs")
+        yield h
+        h.close()
+
+    def _need_durable(self) -> None:
+        if not self.durable:
+            pytest.skip(f"brokkr.storage={self.storage_name} keeps nothing across restarts")
+
+    # -- appending and reading ----------------------------------------------------------
+
+    def test_a_new_log_is_empty(self, harness):
+        plog = harness.log()
+        assert (plog.log_start_offset, plog.log_end_offset) == (0, 0)
+        assert plog.read(0, MIB, 0, True) == b""
+        assert plog.offset_for_timestamp(0) is None
+        assert plog.max_timestamp() is None
+        [segment] = plog.segments()
+        assert (segment.base_offset, segment.next_offset) == (0, 0)
+
+    def test_appends_are_read_back_from_every_offset(self, harness):
+        plog = harness.log()
+        for i in range(30):
+            info = append(plog, records=1 + i % 3)
+            assert info.last_offset - info.first_offset + 1 == info.record_count
+        end = plog.log_end_offset
+        assert end == sum(1 + i % 3 for i in range(30))
+        for offset in range(end):
+            got = offsets_in(plog.read(offset, MIB, end, True))
+            assert got[0] <= offset <= got[-1]
+            assert got == list(range(got[0], end)), "a read returns whole, contiguous batches"
+        assert plog.read(end, MIB, end, True) == b""
+
+    def test_reads_respect_max_bytes_min_one_and_max_offset(self, harness):
+        plog = harness.log()
+        sizes = [append(plog, records=2).size for _ in range(5)]
+        assert plog.read(0, sizes[0] - 1, 10, False) == b""
+        first = plog.read(0, sizes[0] - 1, 10, True)
+        assert offsets_in(first) == [0, 1], "min_one returns the first batch even when too large (KIP-74)"
+        two_and_a_half = plog.read(0, sizes[0] + sizes[1] + sizes[2] // 2, 10, False)
+        assert offsets_in(two_and_a_half) == [0, 1, 2, 3]
+        assert offsets_in(plog.read(0, MIB, 4, True)) == [0, 1, 2, 3], "nothing at or past max_offset"
+        assert plog.read(4, MIB, 4, True) == b""
+
+    def test_reads_outside_the_log_raise_offset_out_of_range(self, harness):
+        plog = harness.log()
+        append(plog, records=3)
+        with pytest.raises(OffsetOutOfRange):
+            plog.read(4, MIB, 3, True)
+        with pytest.raises(OffsetOutOfRange):
+            plog.read(-1, MIB, 3, True)
+
+    def test_segments_roll_on_segment_bytes_and_tile_the_log(self, harness):
+        plog = harness.log(**{"segment.bytes": 1000})
+        rolled = [info.rolled for info in (append(plog, value_size=100) for _ in range(40)) if info.rolled]
+        segments = plog.segments()
+        assert len(segments) > 3
+        assert len(rolled) == len(segments) - 1
+        for seg, following in zip(segments, segments[1:]):
+            assert seg.next_offset == following.base_offset
+            assert 0 < seg.size <= 1000
+        assert segments[0].base_offset == 0 and segments[-1].next_offset == plog.log_end_offset
+        assert [(r.base_offset, r.next_offset) for r in rolled] == [
+            (s.base_offset, s.next_offset) for s in segments[:-1]
+        ]
+        assert offsets_in(b"".join(_read_all(plog))) == list(range(plog.log_end_offset))
+
+    # -- timestamps ---------------------------------------------------------------------
+
+    def test_offset_for_timestamp_finds_the_first_record_at_or_after(self, harness):
+        plog = harness.log(**{"segment.bytes": 300})
+        for ts in (1000, 2000, 1500, 3000, 2500):
+            append(plog, records=2, timestamp=ts)
+        found = {ts: plog.offset_for_timestamp(ts) for ts in (0, 1000, 1001, 1600, 2000, 2600, 3000)}
+        assert {ts: (f.offset, f.timestamp) for ts, f in found.items()} == {
+            0: (0, 1000),
+            1000: (0, 1000),
+            1001: (2, 2000),
+            1600: (2, 2000),
+            2000: (2, 2000),
+            2600: (6, 3000),
+            3000: (6, 3000),
+        }
+        assert plog.offset_for_timestamp(3001) is None
+
+    def test_max_timestamp_is_the_earliest_record_carrying_it(self, harness):
+        plog = harness.log(**{"segment.bytes": 300})
+        for ts in (1000, 5000, 2000, 5000, 3000):
+            append(plog, records=2, timestamp=ts)
+        found = plog.max_timestamp()
+        assert (found.offset, found.timestamp) == (2, 5000)
+
+    # -- truncation, deletion, retention ---------------------------------------------------
+
+    def test_truncate_to_drops_the_tail_and_appends_continue_there(self, harness):
+        plog = harness.log(**{"segment.bytes": 400})
+        for _ in range(20):
+            append(plog, records=2, value_size=50)
+        plog.truncate_to(14)
+        assert plog.log_end_offset == 14
+        assert offsets_in(b"".join(_read_all(plog))) == list(range(14))
+        assert plog.segments()[-1].next_offset == 14
+        with pytest.raises(OffsetOutOfRange):
+            plog.read(15, MIB, 40, True)
+        assert append(plog, records=2).first_offset == 14
+        assert offsets_in(plog.read(14, MIB, 16, True)) == [14, 15]
+        with pytest.raises(ValueError):
+            plog.truncate_to(5)  # inside a batch
+
+    def test_delete_before_advances_the_log_start_and_drops_whole_segments(self, harness):
+        plog = harness.log(**{"segment.bytes": 400})
+        for ts in range(20):
+            append(plog, records=2, value_size=50, timestamp=1000 + ts)
+        before = plog.segments()
+        plog.delete_before(11)
+        assert plog.log_start_offset == 11
+        after = plog.segments()
+        assert after[0].base_offset <= 11 < after[0].next_offset
+        assert after == [s for s in before if s.next_offset > 11]
+        assert 11 in offsets_in(plog.read(11, MIB, 40, True))
+        with pytest.raises(OffsetOutOfRange):
+            plog.read(10, MIB, 40, True)
+        assert plog.offset_for_timestamp(0).offset == 11
+        plog.delete_before(3)
+        assert plog.log_start_offset == 11, "the log start never moves back"
+
+    def _filled(self, harness, **configs) -> PartitionLog:
+        """30 batches in segments of two, one second apart from t=1 s to t=30 s."""
+        plog = harness.log(**{"segment.bytes": 400, **configs})
+        for ts in range(30):
+            append(plog, records=2, value_size=50, timestamp=1000 + ts * 1000)
+        return plog
+
+    def _apply_retention(self, harness, plog, now, **configs) -> None:
+        config = harness.broker.config.topic_config(configs)
+        offset = retention_offset(plog.segments(), config, now, plog.log_end_offset, plog.log_start_offset)
+        if offset is not None:
+            plog.delete_before(offset)
+
+    def test_retention_bytes_drops_the_oldest_segments_beyond_the_limit(self, harness):
+        plog = self._filled(harness)
+        before = plog.segments()
+        self._apply_retention(harness, plog, 30_000, **{"retention.bytes": "1000"})
+        kept = plog.segments()
+        # Kafka drops a segment only while the rest still reaches retention.bytes.
+        assert sum(s.size for s in kept) - kept[0].size < 1000 <= sum(s.size for s in kept)
+        assert kept == before[-len(kept) :]
+        assert plog.log_start_offset == kept[0].base_offset
+
+    def test_retention_ms_drops_segments_whose_newest_record_is_too_old(self, harness):
+        plog = self._filled(harness)
+        before = plog.segments()
+        self._apply_retention(harness, plog, 30_000, **{"retention.ms": "10000"})
+        kept = plog.segments()
+        assert kept == [s for s in before if 30_000 - s.max_timestamp <= 10_000]
+        self._apply_retention(harness, plog, 10**13, **{"retention.ms": "10000"})
+        assert plog.segments() == before[-1:], "never the active segment"
+        assert plog.log_start_offset == before[-1].base_offset
+        assert offsets_in(plog.read(plog.log_start_offset, MIB, 60, True))[-1] == 59
+
+    def test_retention_keeps_everything_by_default_and_with_compaction(self, harness):
+        plog = self._filled(harness)
+        before = plog.segments()
+        self._apply_retention(harness, plog, 10**13, **{"retention.ms": "-1"})
+        self._apply_retention(harness, plog, 10**13, **{"cleanup.policy": "compact", "retention.bytes": "1"})
+        assert plog.segments() == before
+
+    # -- restarts (durable backends) ---------------------------------------------------------
+
+    def test_a_restart_keeps_records_offsets_timestamps_and_the_catalog(self, harness):
+        self._need_durable()
+        plog = harness.log(**{"segment.bytes": 400, "retention.ms": 123456})
+        for ts in range(20):
+            append(plog, records=2, value_size=50, timestamp=5000 - ts)
+        plog.delete_before(7)
+        content = b"".join(_read_all(plog))
+        by_ts = plog.offset_for_timestamp(4990)
+        latest = plog.max_timestamp()
+        segments = plog.segments()
+        plog = harness.restart()
+        assert (plog.log_start_offset, plog.log_end_offset) == (7, 40)
+        assert b"".join(_read_all(plog)) == content
+        assert plog.offset_for_timestamp(4990) == by_ts
+        assert plog.max_timestamp() == latest
+        assert plog.segments() == segments
+        [stored] = harness.storage.load_topics()
+        assert stored.configs == {"segment.bytes": "400", "retention.ms": "123456"}
+        assert append(plog).first_offset == 40
+
+    def test_a_deleted_partition_is_gone_after_a_restart(self, harness):
+        self._need_durable()
+        plog = harness.log()
+        append(plog, records=3)
+        plog.delete()
+        harness.logs.remove(plog)
+        plog = harness.restart()
+        assert (plog.log_start_offset, plog.log_end_offset) == (0, 0)
+
+
+def _read_all(plog: PartitionLog) -> list[bytes]:
+    """Every batch from the log start, one read per batch (reads may stop at segment ends)."""
+    out, offset = [], plog.log_start_offset
+    while offset < plog.log_end_offset:
+        data = plog.read(offset, 1, plog.log_end_offset, True)
+        [h] = list(iter_batches_untrusted(data))
+        out.append(data)
+        offset = h.base_offset + h.last_offset_delta + 1
+    return out

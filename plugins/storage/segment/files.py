@@ -1,0 +1,195 @@
+"""Kafka's small files beside the segments, in Kafka's own formats.
+
+In each log directory::
+
+    meta.properties                    version, node.id, cluster.id, directory.id
+    recovery-point-offset-checkpoint   0 / count / "topic partition offset" lines
+    log-start-offset-checkpoint        same format
+    .kafka_cleanshutdown               present after a clean shutdown
+    brokkr-topics.json                 the topic catalog (first log dir only; Kafka keeps
+                                       it in its KRaft metadata log instead)
+    {topic}-{partition}/               one directory per partition
+
+In each partition directory::
+
+    00000000000000000000.log           record batches as on the wire
+    00000000000000000000.index         offset index
+    00000000000000000000.timeindex     time index
+    partition.metadata                 "version: 0" / "topic_id: <base64 uuid>"
+    leader-epoch-checkpoint            0 / count / "epoch start_offset" lines
+
+Every file here is replaced atomically: written to a temporary file, fsynced, renamed
+over the old one, and the directory fsynced.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import uuid
+from pathlib import Path
+
+from brokkr.core.config import read_properties
+from brokkr.core.log import StoredTopic
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+#: Left behind by a crash in the middle of a deletion, a compaction or a file swap.
+LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+META_PROPERTIES = "meta.properties"
+PARTITION_METADATA = "partition.metadata"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+CATALOG = "brokkr-topics.json"
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
+
+
+class CorruptFile(ValueError):
+    """A checkpoint or metadata file that does not parse."""
+
+
+def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
+    """``00000000000000000042.log``: the base offset in 20 digits."""
+    return directory / f"{base_offset:020d}{suffix}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``"orders-3"`` -> ``("orders", 3)``; None for anything else (including Kafka's
+    ``-delete`` and ``-future`` directories)."""
+    m = _PARTITION_DIR.match(name)
+    return (m["topic"], int(m["partition"])) if m else None
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def kafka_uuid(value: uuid.UUID) -> str:
+    """A UUID as Kafka prints it: URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+
+
+def parse_kafka_uuid(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+def _read_versioned_lines(path: Path) -> list[list[str]]:
+    """The entries of a Kafka checkpoint file: version 0, a count, then the entries."""
+    lines = path.read_text().splitlines()
+    try:
+        if int(lines[0]) != 0:
+            raise CorruptFile(f"{path}: unknown version {lines[0]}")
+        count = int(lines[1])
+    except (IndexError, ValueError):
+        raise CorruptFile(f"{path}: malformed header") from None
+    entries = [line.split() for line in lines[2:] if line.strip()]
+    if len(entries) != count:
+        raise CorruptFile(f"{path}: expected {count} entries, found {len(entries)}")
+    return entries
+
+
+def _write_versioned_lines(path: Path, entries: list[str]) -> None:
+    write_atomically(path, "".join(f"{line}\n" for line in ["0", str(len(entries)), *entries]).encode())
+
+
+def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """``recovery-point-offset-checkpoint`` or ``log-start-offset-checkpoint``; empty if absent."""
+    if not path.exists():
+        return {}
+    out = {}
+    for entry in _read_versioned_lines(path):
+        try:
+            topic, partition, offset = entry
+            out[(topic, int(partition))] = int(offset)
+        except ValueError:
+            raise CorruptFile(f"{path}: malformed entry {' '.join(entry)!r}") from None
+    return out
+
+
+def write_offset_checkpoint(path: Path, offsets: dict[tuple[str, int], int]) -> None:
+    _write_versioned_lines(path, [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())])
+
+
+def read_leader_epochs(path: Path) -> list[tuple[int, int]]:
+    """``leader-epoch-checkpoint``: (epoch, start offset) pairs, oldest first."""
+    if not path.exists():
+        return []
+    try:
+        return [(int(epoch), int(start)) for epoch, start in _read_versioned_lines(path)]
+    except ValueError:
+        raise CorruptFile(f"{path}: malformed entry") from None
+
+
+def write_leader_epochs(path: Path, entries: list[tuple[int, int]]) -> None:
+    _write_versioned_lines(path, [f"{epoch} {start}" for epoch, start in entries])
+
+
+def read_partition_metadata(path: Path) -> uuid.UUID | None:
+    if not path.exists():
+        return None
+    fields = read_properties(path)
+    if fields.get("version") != "0" or "topic_id" not in fields:
+        raise CorruptFile(f"{path}: expected version 0 and a topic_id")
+    return parse_kafka_uuid(fields["topic_id"])
+
+
+def write_partition_metadata(path: Path, topic_id: uuid.UUID) -> None:
+    write_atomically(path, f"version: 0\ntopic_id: {kafka_uuid(topic_id)}\n".encode())
+
+
+def read_meta_properties(path: Path) -> dict[str, str]:
+    return read_properties(path) if path.exists() else {}
+
+
+def write_meta_properties(path: Path, node_id: int, cluster_id: str, directory_id: uuid.UUID) -> None:
+    text = f"version=1\nnode.id={node_id}\ncluster.id={cluster_id}\ndirectory.id={kafka_uuid(directory_id)}\n"
+    write_atomically(path, text.encode())
+
+
+def write_clean_shutdown(path: Path) -> None:
+    write_atomically(path, json.dumps({"version": 0, "brokerEpoch": -1}).encode())
+
+
+def read_catalog(path: Path) -> list[StoredTopic]:
+    if not path.exists():
+        return []
+    try:
+        doc = json.loads(path.read_text())
+        return [
+            StoredTopic(t["name"], uuid.UUID(t["topic_id"]), int(t["partitions"]), dict(t["configs"]))
+            for t in doc["topics"]
+        ]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptFile(f"{path}: {exc}") from None
+
+
+def write_catalog(path: Path, topics: list[StoredTopic]) -> None:
+    doc = {
+        "version": 0,
+        "topics": [
+            {"name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs}
+            for t in topics
+        ],
+    }
+    write_atomically(path, json.dumps(doc, indent=1).encode())

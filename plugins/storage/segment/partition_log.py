@@ -1,0 +1,267 @@
+"""One partition on disk: its directory of segments (Kafka's UnifiedLog/LocalLog).
+
+The last segment is active and takes the appends; a new one is rolled on
+``segment.bytes``, ``segment.ms``, a full index, or an offset too far from the base for
+a relative int32. A rolled segment is sealed (indexes trimmed) at once and fsynced in
+the background, after which the recovery point moves past it, as in Kafka. Flushing
+otherwise follows ``flush.messages`` and ``flush.ms`` (by default: left to the OS).
+
+On open after an unclean shutdown, every segment holding offsets at or past the
+recovery point is re-validated batch by batch; the log is truncated at the first torn or
+corrupt batch and the segments after it are deleted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import time
+import uuid
+from concurrent.futures import Executor
+from pathlib import Path
+
+from brokkr.core.config import TopicConfig
+from brokkr.core.log import AppendInfo, OffsetOutOfRange, SegmentInfo, TimestampOffset
+
+from . import files
+from .segment import LogSegment
+
+log = logging.getLogger("brokkr.storage")
+
+_EPOCH_AT = 12
+
+
+class InconsistentTopicId(Exception):
+    pass
+
+
+class SegmentLog:
+    """Satisfies :class:`brokkr.core.log.PartitionLog`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        topic_id: uuid.UUID,
+        config: TopicConfig,
+        codecs: dict,
+        flusher: Executor,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean: bool = False,
+    ):
+        self.dir = directory
+        self.config = config
+        self.codecs = codecs
+        self._flusher = flusher
+        self.deleted = False
+        directory.mkdir(parents=True, exist_ok=True)
+        metadata = directory / files.PARTITION_METADATA
+        stored_id = files.read_partition_metadata(metadata)
+        if stored_id is None:
+            files.write_partition_metadata(metadata, topic_id)
+        elif stored_id != topic_id:
+            raise InconsistentTopicId(f"{directory} belongs to topic id {stored_id}, not {topic_id}")
+        self._remove_leftovers()
+        self._segments = self._load_segments(recovery_point, log_start_offset, clean)
+        self._segments[-1].make_active()
+        self.recovery_point = min(recovery_point, self.log_end_offset) if clean else self.log_end_offset
+        self._start = min(max(log_start_offset, self._segments[0].base_offset), self.log_end_offset)
+        self._epochs_path = directory / files.LEADER_EPOCH_CHECKPOINT
+        self._epochs = files.read_leader_epochs(self._epochs_path)
+        self._unflushed = 0
+        self._last_flush = time.monotonic()
+
+    # -- opening --------------------------------------------------------------------------
+
+    def _remove_leftovers(self) -> None:
+        """Files a crash left mid-deletion, mid-compaction or mid-swap, and index files
+        whose log is gone."""
+        logs = {p.stem for p in self.dir.glob(f"*{files.LOG_SUFFIX}")}
+        for path in self.dir.iterdir():
+            orphan = path.suffix in (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX) and path.stem not in logs
+            if path.suffix in files.LEFTOVER_SUFFIXES or orphan:
+                log.warning("removing leftover file %s", path)
+                path.unlink()
+
+    def _load_segments(self, recovery_point: int, log_start_offset: int, clean: bool) -> list[LogSegment]:
+        bases = sorted(int(p.stem) for p in self.dir.glob(f"*{files.LOG_SUFFIX}") if p.stem.isdigit())
+        segments = [self._segment(base) for base in bases or [log_start_offset]]
+        for i, seg in enumerate(segments):
+            unflushed = i == len(segments) - 1 or segments[i + 1].base_offset > recovery_point
+            if seg.load(recover=unflushed and not clean) and i < len(segments) - 1:
+                for later in segments[i + 1 :]:
+                    log.warning("deleting segment %s after the truncated one", later.path)
+                    later.delete()
+                del segments[i + 1 :]
+                break
+        if not clean:
+            for seg in segments:
+                if seg.base_offset >= recovery_point or seg is segments[-1]:
+                    seg.sync()
+        return segments
+
+    def _segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(
+            self.dir, base_offset, self.config["index.interval.bytes"], self.config["segment.index.bytes"]
+        )
+
+    # -- the PartitionLog contract ----------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def start_is_mid_segment(self) -> bool:
+        return self._start > self._segments[0].base_offset
+
+    def append(self, records, first_offset, last_offset, max_timestamp, record_count) -> AppendInfo:
+        rolled = None
+        active = self._segments[-1]
+        if active.should_roll(
+            len(records), last_offset, max_timestamp, self.config["segment.bytes"], self.config["segment.ms"]
+        ):
+            rolled = self._roll(first_offset)
+            active = self._segments[-1]
+        epoch = int.from_bytes(records[_EPOCH_AT : _EPOCH_AT + 4], "big", signed=True)
+        if epoch >= 0 and (not self._epochs or epoch > self._epochs[-1][0]):
+            self._epochs.append((epoch, first_offset))
+            files.write_leader_epochs(self._epochs_path, self._epochs)
+        active.append(records)
+        self._unflushed += record_count
+        if (
+            self._unflushed >= self.config["flush.messages"]
+            or (time.monotonic() - self._last_flush) * 1000 >= self.config["flush.ms"]
+        ):
+            self.flush()
+        return AppendInfo(first_offset, last_offset, record_count, max_timestamp, len(records), rolled)
+
+    def _roll(self, base_offset: int) -> SegmentInfo:
+        old = self._segments[-1]
+        old.seal()
+        new = self._segment(base_offset)
+        new.make_active()
+        self._segments.append(new)
+        fd = os.dup(old.fd)  # the flush must not race a deletion closing old.fd
+        self._flusher.submit(self._flush_rolled, old, fd, base_offset)
+        log.debug("rolled %s at offset %d", self.dir.name, base_offset)
+        return SegmentInfo(old.base_offset, base_offset, old.size, old.max_timestamp, str(old.path))
+
+    def _flush_rolled(self, segment: LogSegment, fd: int, next_offset: int) -> None:
+        try:
+            os.fsync(fd)
+            for index in (segment.offset_index, segment.time_index):
+                if index.path.exists():
+                    index_fd = os.open(index.path, os.O_RDONLY)
+                    try:
+                        os.fsync(index_fd)
+                    finally:
+                        os.close(index_fd)
+            self.recovery_point = max(self.recovery_point, next_offset)
+        except OSError:
+            log.exception("flushing rolled segment %s failed", segment.path)
+        finally:
+            os.close(fd)
+
+    def flush(self) -> None:
+        """fsync every segment holding offsets past the recovery point."""
+        for seg, end in zip(self._segments, self._ends()):
+            if end > self.recovery_point:
+                seg.sync()
+        self.recovery_point = self.log_end_offset
+        self._unflushed = 0
+        self._last_flush = time.monotonic()
+
+    def _ends(self) -> list[int]:
+        return [s.base_offset for s in self._segments[1:]] + [self.log_end_offset]
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes:
+        end = self.log_end_offset
+        if offset < self._start or offset > end:
+            raise OffsetOutOfRange(f"offset {offset} is outside [{self._start}, {end}]")
+        if offset == end:
+            return b""
+        i = max(bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1, 0)
+        for seg in self._segments[i:]:
+            data = seg.read(offset, max_bytes, max_offset, min_one)
+            if data is not None:
+                return data
+        return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        for seg, end in zip(self._segments, self._ends()):
+            if seg.max_timestamp >= timestamp and end > self._start:
+                found = seg.find_timestamp(timestamp, self._start, self.codecs)
+                if found is not None:
+                    return found
+        return None
+
+    def max_timestamp(self) -> TimestampOffset | None:
+        best = None
+        for seg in self._segments:
+            if seg.size and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        return None if best is None else best.max_timestamp_record(self.codecs)
+
+    def segments(self) -> list[SegmentInfo]:
+        return [
+            SegmentInfo(s.base_offset, end, s.size, s.max_timestamp, str(s.path))
+            for s, end in zip(self._segments, self._ends())
+        ]
+
+    def delete_before(self, offset: int) -> None:
+        if offset <= self._start:
+            return
+        self._start = offset
+        while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+            self._segments.pop(0).delete()
+        # Kafka's LeaderEpochFileCache.truncateFromStart: the epoch in force at the new
+        # start offset now starts there.
+        kept = [(e, s) for e, s in self._epochs if s > offset]
+        before = [e for e, s in self._epochs if s <= offset]
+        if before:
+            kept.insert(0, (before[-1], offset))
+        if kept != self._epochs:
+            self._epochs = kept
+            files.write_leader_epochs(self._epochs_path, kept)
+
+    def truncate_to(self, offset: int) -> None:
+        if offset >= self.log_end_offset:
+            return
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            self._segments.pop().delete()
+        last = self._segments[-1]
+        if last.base_offset >= offset:
+            last.delete()
+            self._segments[-1] = last = self._segment(offset)
+            last.load(recover=True)
+        elif not last.active:
+            last.make_active()
+        last.truncate_to(offset)
+        if not last.active:
+            last.make_active()
+        self._start = min(self._start, offset)
+        self.recovery_point = min(self.recovery_point, offset)
+        self._epochs = [(e, s) for e, s in self._epochs if s < offset]
+        files.write_leader_epochs(self._epochs_path, self._epochs)
+
+    def close(self) -> None:
+        self.flush()
+        for seg in self._segments:
+            seg.close()
+
+    def delete(self) -> None:
+        """Close, rename the directory aside (``{name}.{id}-delete``, as Kafka does), then
+        remove it; a crash in between leaves a directory the next start removes."""
+        for seg in self._segments:
+            seg.close()
+        doomed = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}-delete")
+        os.replace(self.dir, doomed)
+        shutil.rmtree(doomed)
+        self.deleted = True

@@ -1,0 +1,311 @@
+"""One segment: a ``.log`` file of record batches and its two indexes (Kafka's LogSegment).
+
+Batches are stored exactly as they arrive (offsets and leader epoch already assigned),
+and served to fetches as file bytes. Per appended batch, as Kafka's ``LogSegment.append``:
+the segment's largest timestamp (and the offset carrying it) is updated; once more than
+``index.interval.bytes`` have been written since the last index entry, the batch gets an
+offset index entry and the time index gets the largest timestamp so far (only if it
+grew).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from brokkr.core.errors import CorruptRequest
+from brokkr.core.log import TimestampOffset, batch_records
+from brokkr.core.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, iter_batches_untrusted
+
+from .files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
+from .index import INT32_MAX, CorruptIndex, OffsetIndex, TimeIndex
+
+log = logging.getLogger("brokkr.storage")
+
+_START = struct.Struct(">qi")  # base offset, batch length
+_LAST_DELTA = struct.Struct(">i")
+_MAX_TIMESTAMP = struct.Struct(">q")
+_LAST_DELTA_AT = 23
+_MAX_TIMESTAMP_AT = 35
+SCAN_CHUNK = 1 << 20
+
+
+class LogSegment:
+    def __init__(self, directory: Path, base_offset: int, index_interval: int, index_bytes: int):
+        self.base_offset = base_offset
+        self.path = segment_file(directory, base_offset, LOG_SUFFIX)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.offset_index = OffsetIndex(segment_file(directory, base_offset, INDEX_SUFFIX), base_offset, index_bytes)
+        self.time_index = TimeIndex(segment_file(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, index_bytes)
+        self.index_interval = index_interval
+        self.bytes_since_last_index_entry = 0
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.next_offset = base_offset
+        self.created_ms = int(time.time() * 1000)
+        #: The first batch's largest timestamp (Kafka's rollingBasedTimestamp), -1 if none.
+        self.rolling_base_ms = -1
+        self.active = False
+
+    # -- opening and closing --------------------------------------------------------------
+
+    def load(self, recover: bool) -> int:
+        """Read the segment's state from its files; rebuild the indexes when asked to
+        (after an unclean shutdown), or when they are missing or fail their checks.
+        Returns how many bytes of a torn or corrupt tail were truncated."""
+        if not recover:
+            try:
+                self._load_indexes()
+                return 0
+            except (CorruptIndex, CorruptRequest, FileNotFoundError) as exc:
+                if self.size:
+                    log.warning("rebuilding the indexes of %s: %s", self.path, exc)
+        return self.recover()
+
+    def _load_indexes(self) -> None:
+        self.offset_index.load_sealed()
+        self.time_index.load_sealed()
+        self.offset_index.sanity_check(self.size)
+        last_indexed, position = self.offset_index.last()
+        self.next_offset = last_indexed if self.offset_index.entries else self.base_offset
+        end = position
+        for at, h, _ in self._scan(position):
+            self.next_offset = h.base_offset + h.last_offset_delta + 1
+            end = at + h.size
+        if end != self.size:
+            raise CorruptIndex(f"{self.size - end} bytes follow the last whole batch")
+        self.time_index.sanity_check(self.next_offset)
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last()
+        if self.size:
+            first = os.pread(self.fd, HEADER_SIZE, 0)
+            self.rolling_base_ms = _MAX_TIMESTAMP.unpack_from(first, _MAX_TIMESTAMP_AT)[0]
+        # Kafka counts bytes since the last entry from the position of that entry.
+        self.bytes_since_last_index_entry = self.size - position if self.offset_index.entries else self.size
+
+    def recover(self) -> int:
+        """Re-validate every batch (size, magic, CRC-32C, offsets), truncate the log at the
+        first that fails, and rebuild both indexes from what remains."""
+        was_active = self.active
+        for index in (self.offset_index, self.time_index):
+            index.reset()
+            index.open_active()
+        self.bytes_since_last_index_entry = 0
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self.next_offset = self.base_offset
+        valid_end = 0
+        try:
+            for position, h, buf in self._scan(0):
+                if (
+                    not crc_ok(buf, h)
+                    or h.base_offset < self.next_offset
+                    or h.last_offset_delta < 0
+                    or h.base_offset + h.last_offset_delta - self.base_offset > INT32_MAX
+                ):
+                    log.warning("%s: invalid batch at position %d (offset %d)", self.path, position, h.base_offset)
+                    break
+                if valid_end == 0:
+                    self.rolling_base_ms = h.max_timestamp
+                self._index_batch(position, h.base_offset + h.last_offset_delta, h.max_timestamp, h.size)
+                self.next_offset = h.base_offset + h.last_offset_delta + 1
+                valid_end = position + h.size
+        except CorruptRequest as exc:
+            log.warning("%s: %s", self.path, exc)
+        truncated = self.size - valid_end
+        if truncated:
+            log.warning("%s: truncating %d bytes of invalid data at position %d", self.path, truncated, valid_end)
+            os.ftruncate(self.fd, valid_end)
+            self.size = valid_end
+        if not was_active:
+            self.seal()
+        return truncated
+
+    def make_active(self) -> None:
+        """Map the indexes for appends (the segment became the log's last)."""
+        self.offset_index.open_active()
+        self.time_index.open_active()
+        self.active = True
+
+    def seal(self) -> None:
+        """No more appends: record the largest timestamp in the time index (even when it
+        is full) and trim both indexes, as Kafka does when a segment rolls or closes."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
+        self.offset_index.seal()
+        self.time_index.seal()
+        self.active = False
+
+    def sync(self) -> None:
+        """fsync the log and both indexes."""
+        os.fsync(self.fd)
+        for index in (self.offset_index, self.time_index):
+            index.flush()
+            if index.path.exists():
+                fd = os.open(index.path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+    def close(self) -> None:
+        if self.active:
+            self.seal()
+        os.close(self.fd)
+
+    def delete(self) -> None:
+        """Close and remove the segment's files (renamed to .deleted first, so a crash
+        halfway leaves files that recovery knows to remove)."""
+        os.close(self.fd)
+        for index in (self.offset_index, self.time_index):
+            index.close()
+        for path in (self.path, self.offset_index.path, self.time_index.path):
+            if path.exists():
+                doomed = path.with_name(path.name + ".deleted")
+                os.replace(path, doomed)
+                doomed.unlink()
+
+    # -- appending ------------------------------------------------------------------------
+
+    def should_roll(self, size: int, last_offset: int, max_timestamp: int, segment_bytes: int, segment_ms: int) -> bool:
+        """Kafka's LogSegment.shouldRoll, for a non-empty segment. Its age, for
+        segment.ms, is the incoming batch's timestamp minus the first batch's (the time
+        since creation when either has none)."""
+        if self.rolling_base_ms >= 0 and max_timestamp >= 0:
+            waited = max_timestamp - self.rolling_base_ms
+        else:
+            waited = int(time.time() * 1000) - self.created_ms
+        return self.size > 0 and (
+            self.size + size > segment_bytes
+            or waited > segment_ms
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or last_offset - self.base_offset > INT32_MAX
+        )
+
+    def append(self, records: bytearray | bytes) -> None:
+        """Write whole batches at the end of the log and index them."""
+        position = self.size
+        written = 0
+        try:
+            while written < len(records):
+                written += os.write(self.fd, memoryview(records)[written:])
+        except OSError:
+            os.ftruncate(self.fd, position)  # never leave half a batch behind
+            raise
+        self.size += len(records)
+        mv = memoryview(records)
+        p = 0
+        while p < len(mv):
+            base, length = _START.unpack_from(mv, p)
+            last = base + _LAST_DELTA.unpack_from(mv, p + _LAST_DELTA_AT)[0]
+            max_ts = _MAX_TIMESTAMP.unpack_from(mv, p + _MAX_TIMESTAMP_AT)[0]
+            if position == 0 and p == 0:
+                self.rolling_base_ms = max_ts
+            self._index_batch(position + p, last, max_ts, LOG_OVERHEAD + length)
+            p += LOG_OVERHEAD + length
+            self.next_offset = last + 1
+
+    def _index_batch(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
+        if self.bytes_since_last_index_entry > self.index_interval:
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += size
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch at or after ``offset`` (a batch boundary) and rebuild the indexes."""
+        position = self.translate(offset)
+        if position is None:
+            return
+        if _START.unpack(os.pread(self.fd, LOG_OVERHEAD, position))[0] != offset:
+            raise ValueError(f"offset {offset} is not a batch boundary of {self.path}")
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.recover()
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _scan(self, start: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader, bytes]]:
+        """(file position, header, buffer) for each whole batch from ``start``; header
+        positions are within the buffer. Stops at a partial batch; raises CorruptRequest
+        at a batch whose size or magic is impossible."""
+        end = self.size if end is None else end
+        pos = start
+        want = SCAN_CHUNK
+        while end - pos >= LOG_OVERHEAD:
+            buf = os.pread(self.fd, min(want, end - pos), pos)
+            consumed = 0
+            for h in iter_batches_untrusted(buf):
+                yield pos + h.position, h, buf
+                consumed = h.end
+            if consumed:
+                pos += consumed
+                want = SCAN_CHUNK
+                continue
+            need = LOG_OVERHEAD + _START.unpack_from(buf, 0)[1]  # the first batch did not fit
+            if need <= len(buf) or need > end - pos:
+                return  # a torn batch at the end
+            want = need
+
+    def translate(self, offset: int) -> int | None:
+        """File position of the batch holding ``offset``; None if the segment ends before it."""
+        _, start = self.offset_index.lookup(offset)
+        for position, h, _ in self._scan(start):
+            if h.base_offset > offset and position == start and start:
+                return self._translate_from_start(offset)  # the index lied: do not trust it
+            if h.base_offset + h.last_offset_delta >= offset:
+                return position
+        return None
+
+    def _translate_from_start(self, offset: int) -> int | None:
+        log.warning("%s: offset index entry past offset %d; scanning from the start", self.path, offset)
+        for position, h, _ in self._scan(0):
+            if h.base_offset + h.last_offset_delta >= offset:
+                return position
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes | None:
+        """Whole batches from the one holding ``offset``, as stored; None when the segment
+        ends before ``offset``."""
+        position = self.translate(offset)
+        if position is None:
+            return None
+        data = os.pread(self.fd, min(max(max_bytes, 0), self.size - position), position)
+        end = 0
+        for h in iter_batches_untrusted(data):
+            if h.base_offset >= max_offset:
+                break
+            end = h.end
+        if end == 0 and min_one:  # KIP-74: the first batch even when larger than max_bytes
+            base, length = _START.unpack(os.pread(self.fd, LOG_OVERHEAD, position))
+            if base < max_offset:
+                return os.pread(self.fd, LOG_OVERHEAD + length, position)
+        return data[:end] if end < len(data) else data
+
+    def find_timestamp(self, timestamp: int, start_offset: int, codecs) -> TimestampOffset | None:
+        """The first record at or after ``start_offset`` with a timestamp >= ``timestamp``
+        (Kafka's LogSegment.findOffsetByTimestamp)."""
+        _, indexed_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
+        for _, h, buf in self._scan(position):
+            if h.max_timestamp >= timestamp and h.base_offset + h.last_offset_delta >= start_offset:
+                for rec in batch_records(buf, h, codecs):
+                    if rec.timestamp >= timestamp and rec.offset >= start_offset:
+                        return TimestampOffset(rec.offset, rec.timestamp)
+        return None
+
+    def max_timestamp_record(self, codecs) -> TimestampOffset:
+        """The earliest record carrying the segment's largest timestamp."""
+        position = self.translate(self.offset_of_max_timestamp)
+        for _, h, buf in self._scan(position or 0):
+            if h.max_timestamp == self.max_timestamp:
+                for rec in batch_records(buf, h, codecs):
+                    if rec.timestamp == self.max_timestamp:
+                        return TimestampOffset(rec.offset, rec.timestamp)
+        return TimestampOffset(self.offset_of_max_timestamp, self.max_timestamp)

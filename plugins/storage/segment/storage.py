@@ -1,0 +1,129 @@
+"""The broker's log directories (Kafka's LogManager): which partition lives where, the
+checkpoints, the clean-shutdown marker and the topic catalog.
+
+At start, each of ``log.dirs`` is created if needed and checked against its
+``meta.properties`` (a directory written by another node id is refused; the cluster id
+is kept across restarts). A directory without ``.kafka_cleanshutdown`` was not shut down
+cleanly, so its partitions are recovered from their recovery points. Partition
+directories the catalog does not list (copied from a Kafka broker, say) are adopted
+with default settings. New partitions go to the directory holding the fewest.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from brokkr.core.config import BrokerConfig, TopicConfig
+from brokkr.core.errors import ConfigError
+from brokkr.core.log import StoredTopic
+
+from . import files
+from .partition_log import SegmentLog
+
+log = logging.getLogger("brokkr.storage")
+
+
+class SegmentStorage:
+    """Satisfies :class:`brokkr.core.log.Storage`."""
+
+    durable = True
+
+    def __init__(self, config: BrokerConfig, codecs: dict, node_id: int, cluster_id: str):
+        self.codecs = codecs
+        self.dirs = [Path(d).absolute() for d in config["log.dirs"]]
+        self.cluster_id = cluster_id
+        self.flusher = ThreadPoolExecutor(1, thread_name_prefix="brokkr-flush")
+        self.clean: dict[Path, bool] = {}
+        self.recovery_points: dict[Path, dict[tuple[str, int], int]] = {}
+        self.start_offsets: dict[Path, dict[tuple[str, int], int]] = {}
+        self.found: dict[tuple[str, int], Path] = {}  # partition directories on disk
+        self.logs: dict[Path, dict[tuple[str, int], SegmentLog]] = {d: {} for d in self.dirs}
+        for d in self.dirs:
+            self._open_dir(d, node_id)
+
+    def _open_dir(self, d: Path, node_id: int) -> None:
+        d.mkdir(parents=True, exist_ok=True)
+        meta = files.read_meta_properties(d / files.META_PROPERTIES)
+        marker = d / files.CLEAN_SHUTDOWN
+        self.clean[d] = marker.exists() or not meta  # a new directory has nothing to recover
+        if meta:
+            if meta.get("node.id") != str(node_id):
+                raise ConfigError(f"Stored node id {meta.get('node.id')} in {d} doesn't match node.id {node_id}")
+            self.cluster_id = meta.get("cluster.id", self.cluster_id)
+        else:
+            files.write_meta_properties(d / files.META_PROPERTIES, node_id, self.cluster_id, uuid.uuid4())
+        try:
+            self.recovery_points[d] = files.read_offset_checkpoint(d / files.RECOVERY_POINT_CHECKPOINT)
+            self.start_offsets[d] = files.read_offset_checkpoint(d / files.LOG_START_CHECKPOINT)
+        except files.CorruptFile as exc:
+            log.warning("%s; recovering every partition in %s from its start", exc, d)
+            self.clean[d] = False
+            self.recovery_points[d], self.start_offsets[d] = {}, {}
+        # From here on, until close() writes it again, a crash means an unclean start.
+        marker.unlink(missing_ok=True)
+        for path in d.iterdir():
+            if path.is_dir() and path.name.endswith("-delete"):
+                shutil.rmtree(path)  # a topic deletion interrupted by a crash
+            elif path.is_dir() and (key := files.parse_partition_dir(path.name)):
+                if key in self.found:
+                    raise ConfigError(f"partition {path.name} is in both {self.found[key]} and {d}")
+                self.found[key] = d
+        if not self.clean[d]:
+            log.warning("%s was not shut down cleanly; recovering its partitions", d)
+
+    # -- the Storage contract ----------------------------------------------------------
+
+    def load_topics(self) -> list[StoredTopic]:
+        topics = files.read_catalog(self.dirs[0] / files.CATALOG)
+        listed = {t.name for t in topics}
+        unlisted: dict[str, list[int]] = {}
+        for topic, partition in self.found:
+            if topic not in listed:
+                unlisted.setdefault(topic, []).append(partition)
+        for name, partitions in sorted(unlisted.items()):
+            first = min(partitions)
+            metadata = self.found[name, first] / f"{name}-{first}" / files.PARTITION_METADATA
+            topic_id = files.read_partition_metadata(metadata)
+            log.warning("adopting topic %s from its partition directories, with default settings", name)
+            topics.append(StoredTopic(name, topic_id or uuid.uuid4(), max(partitions) + 1))
+        return topics
+
+    def save_topics(self, topics: list[StoredTopic]) -> None:
+        files.write_catalog(self.dirs[0] / files.CATALOG, topics)
+
+    def open_log(self, topic: StoredTopic, partition: int, config: TopicConfig) -> SegmentLog:
+        key = (topic.name, partition)
+        d = self.found.pop(key, None) or min(self.dirs, key=lambda d: len(self.logs[d]))
+        plog = SegmentLog(
+            d / f"{topic.name}-{partition}",
+            topic.topic_id,
+            config,
+            self.codecs,
+            self.flusher,
+            recovery_point=self.recovery_points[d].get(key, 0),
+            log_start_offset=self.start_offsets[d].get(key, 0),
+            clean=self.clean[d],
+        )
+        self.logs[d][key] = plog
+        return plog
+
+    def checkpoint(self) -> None:
+        for d, logs in self.logs.items():
+            for key in [k for k, plog in logs.items() if plog.deleted]:
+                del logs[key]
+            files.write_offset_checkpoint(
+                d / files.RECOVERY_POINT_CHECKPOINT, {k: plog.recovery_point for k, plog in logs.items()}
+            )
+            # Kafka lists only the logs whose start is inside their first segment.
+            starts = {k: plog.log_start_offset for k, plog in logs.items() if plog.start_is_mid_segment}
+            files.write_offset_checkpoint(d / files.LOG_START_CHECKPOINT, starts)
+
+    def close(self) -> None:
+        self.flusher.shutdown(wait=True)
+        self.checkpoint()
+        for d in self.dirs:
+            files.write_clean_shutdown(d / files.CLEAN_SHUTDOWN)
