@@ -2,36 +2,17 @@
 
 from __future__ import annotations
 
-import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from brokkr.core.config import BrokerConfig, parse_overrides, read_properties
 from brokkr.core.errors import ConfigError
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.testing import RawClient
+from serve import Served
 from wire import API_VERSIONS
-
-
-def start_serve(*args: str, cwd) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "brokkr.core.cli", "serve", *args],
-        cwd=cwd,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if m := re.search(r"listening on (\S+)", line):
-            return proc, m.group(1)
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError("broker did not start")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -40,19 +21,19 @@ def test_serve_from_a_properties_file_and_shut_down_gracefully(tmp_path, sig):
     props.write_text(
         "# a Kafka-style file\nlisteners=PLAINTEXT://127.0.0.1:0\nnum.partitions: 2\nlog.dirs=\\\n  ./kafka-data\n"
     )
-    proc, address = start_serve(str(props), "--override", "auto.create.topics.enable=true", cwd=tmp_path)
+    served = Served(str(props), "--override", "auto.create.topics.enable=true", cwd=tmp_path)
     try:
-        with RawClient(address) as c:
+        with RawClient(served.address) as c:
             assert c.request(API_VERSIONS, 0, request_spec(API_VERSIONS).cls()).error_code == 0
             meta = c.request(
                 3, 12, request_spec(3).cls(topics=[request_spec(3).struct("MetadataRequestTopic")(name="x")])
             )
             assert len(meta.topics[0].partitions) == 2
-        proc.send_signal(sig)
-        assert proc.wait(timeout=10) == 0
-        assert "stopped" in proc.stderr.read()
+        served.proc.send_signal(sig)
+        assert served.proc.wait(timeout=10) == 0
+        assert "stopped" in served.output()
     finally:
-        proc.kill()
+        served.proc.kill()
 
 
 def test_serve_rejects_bad_settings_with_a_clear_message(tmp_path):

@@ -19,7 +19,14 @@ from pathlib import Path
 
 from brokkr.core.errors import CorruptRequest
 from brokkr.core.log import TimestampOffset, batch_records
-from brokkr.core.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, iter_batches_untrusted
+from brokkr.core.protocol.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    BatchHeader,
+    crc_ok,
+    iter_batches_untrusted,
+)
 
 from .files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
 from .index import INT32_MAX, CorruptIndex, OffsetIndex, TimeIndex
@@ -255,20 +262,26 @@ class LogSegment:
 
     def translate(self, offset: int) -> int | None:
         """File position of the batch holding ``offset``; None if the segment ends before it."""
-        _, start = self.offset_index.lookup(offset)
+        indexed, start = self.offset_index.lookup(offset)
+        if start and not self._batch_at(start, indexed):
+            log.warning(
+                "%s: offset index entry for %d does not match the log; scanning from the start", self.path, offset
+            )
+            start = 0
         for position, h, _ in self._scan(start):
-            if h.base_offset > offset and position == start and start:
-                return self._translate_from_start(offset)  # the index lied: do not trust it
             if h.base_offset + h.last_offset_delta >= offset:
                 return position
         return None
 
-    def _translate_from_start(self, offset: int) -> int | None:
-        log.warning("%s: offset index entry past offset %d; scanning from the start", self.path, offset)
-        for position, h, _ in self._scan(0):
-            if h.base_offset + h.last_offset_delta >= offset:
-                return position
-        return None
+    def _batch_at(self, position: int, last_offset: int) -> bool:
+        """Whether a batch ending at ``last_offset`` starts at ``position`` (as an offset
+        index entry claims)."""
+        head = os.pread(self.fd, HEADER_SIZE, position)
+        return (
+            len(head) == HEADER_SIZE
+            and head[MAGIC_OFFSET] == 2
+            and _START.unpack_from(head)[0] + _LAST_DELTA.unpack_from(head, _LAST_DELTA_AT)[0] == last_offset
+        )
 
     def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes | None:
         """Whole batches from the one holding ``offset``, as stored; None when the segment

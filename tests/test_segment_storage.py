@@ -1,0 +1,279 @@
+"""Segment storage: Kafka's files, byte for byte where Kafka fixes them, and recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import uuid
+from pathlib import Path
+
+import pytest
+from brokkr.core.errors import ConfigError
+from brokkr.core.protocol.records import read_all_records
+from brokkr.core.storage_contract import MIB, Harness, StorageContract, append, offsets_in
+from brokkr.plugins.storage.segment import files
+
+FIXTURES = Path(__file__).parent / "fixtures" / "kafka-logs"
+
+
+class _Segment(StorageContract):
+    storage_name = "segment"
+
+
+@pytest.fixture
+def harness(tmp_path):
+    h = Harness(_Segment(), tmp_path / "logs")
+    yield h
+    h.close()
+
+
+def crash(harness: Harness) -> None:
+    """Forget the open storage without closing anything, as a killed process would."""
+    harness.storage, harness.logs = None, []
+
+
+def entries(path: Path, fmt: str) -> list[tuple[int, ...]]:
+    return list(struct.iter_unpack(fmt, path.read_bytes()))
+
+
+def names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_partition_directory_holds_kafkas_files(harness):
+    plog = harness.log("orders", 0, **{"segment.bytes": 1000})
+    for _ in range(8):
+        append(plog, records=2, value_size=100)
+    d = harness.directory / "orders-0"
+    bases = [s.base_offset for s in plog.segments()]
+    assert len(bases) >= 3
+    expected = {f"{b:020d}{suffix}" for b in bases for suffix in (".log", ".index", ".timeindex")}
+    assert set(names(d)) == expected | {"partition.metadata", "leader-epoch-checkpoint"}
+    [stored] = harness.storage.load_topics()
+    assert (d / "partition.metadata").read_text() == f"version: 0\ntopic_id: {files.kafka_uuid(stored.topic_id)}\n"
+    assert (d / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
+    assert files.parse_kafka_uuid(files.kafka_uuid(stored.topic_id)) == stored.topic_id
+    # The log holds the batches exactly as read back, with their assigned offsets.
+    first_log = d / f"{bases[0]:020d}.log"
+    assert offsets_in(first_log.read_bytes()) == list(range(bases[0], bases[1]))
+
+
+def test_broker_level_files_after_a_clean_shutdown(harness):
+    plog = harness.log("t", 0)
+    for _ in range(3):
+        append(plog, records=2)
+    plog.delete_before(2)
+    harness.close()
+    d = harness.directory
+    meta = files.read_meta_properties(d / "meta.properties")
+    assert meta["version"] == "1" and meta["node.id"] == "0" and len(meta["cluster.id"]) == 22
+    assert (d / "recovery-point-offset-checkpoint").read_text() == "0\n1\nt 0 6\n"
+    assert (d / "log-start-offset-checkpoint").read_text() == "0\n1\nt 0 2\n"
+    assert json.loads((d / ".kafka_cleanshutdown").read_text())["version"] == 0
+    harness.open()
+    assert not (d / ".kafka_cleanshutdown").exists(), "the marker is consumed at start"
+
+
+def test_index_entries_follow_index_interval_bytes_per_batch(harness):
+    plog = harness.log(**{"index.interval.bytes": 1000})
+    sizes, positions, lasts = [], [], []
+    for i in range(30):
+        positions.append(sum(sizes))
+        info = append(plog, records=1, value_size=100, timestamp=[5000, 4000][i % 2] + i)
+        sizes.append(info.size)
+        lasts.append(info.last_offset)
+    harness.close()
+    d = harness.directory / "t-0"
+    # Kafka's rule: an entry for a batch once more than 1000 bytes were written since the last one.
+    expected, since = [], 0
+    for size, position, last in zip(sizes, positions, lasts):
+        if since > 1000:
+            expected.append((last, position))
+            since = 0
+        since += size
+    assert entries(d / f"{0:020d}.index", ">ii") == expected
+    # The time index: an entry only when the largest timestamp grew, plus the closing one.
+    timestamps = entries(d / f"{0:020d}.timeindex", ">qi")
+    assert [ts for ts, _ in timestamps] == sorted({ts for ts, _ in timestamps})
+    assert timestamps[-1] == (5000 + 28, 28)
+
+
+def test_the_active_index_is_preallocated_and_trimmed_when_sealed(harness):
+    plog = harness.log(**{"segment.index.bytes": 8000, "index.interval.bytes": 0, "segment.bytes": 2000})
+    for _ in range(10):
+        append(plog, value_size=100)
+    d = harness.directory / "t-0"
+    [*sealed, active] = plog.segments()
+    assert (d / f"{active.base_offset:020d}.index").stat().st_size == 8000
+    assert (d / f"{active.base_offset:020d}.timeindex").stat().st_size == 7992
+    for seg in sealed:
+        index = d / f"{seg.base_offset:020d}.index"
+        assert index.stat().st_size == 8 * len(entries(index, ">ii")) > 0
+        assert entries(d / f"{seg.base_offset:020d}.timeindex", ">qi")[-1] == (
+            1000,
+            seg.next_offset - 1 - seg.base_offset,
+        )
+    harness.close()
+    assert (d / f"{active.base_offset:020d}.index").stat().st_size < 8000
+
+
+def test_segments_roll_when_an_index_is_full(harness):
+    plog = harness.log(**{"segment.index.bytes": 24, "index.interval.bytes": 0})
+    rolls = [append(plog, timestamp=1000 + i).rolled for i in range(12)]
+    assert sum(r is not None for r in rolls) >= 3, "3 offset entries or 1 + a reserved time entry fill the index"
+    assert offsets_in(plog.read(0, MIB, 12, True))[0] == 0
+
+
+def test_a_torn_tail_is_truncated_after_a_crash(harness):
+    plog = harness.log()
+    for _ in range(10):
+        append(plog, records=3)
+    crash(harness)
+    log_file = harness.directory / "t-0" / f"{0:020d}.log"
+    size = log_file.stat().st_size
+    os.truncate(log_file, size - 7)
+    plog = harness.log()
+    assert plog.log_end_offset == 27
+    assert offsets_in(plog.read(0, MIB, 27, True)) == list(range(27))
+    assert log_file.stat().st_size < size - 7
+    assert append(plog).first_offset == 27
+
+
+def test_a_torn_tail_is_truncated_even_after_a_clean_shutdown(harness):
+    plog = harness.log()
+    for _ in range(10):
+        append(plog, records=3)
+    harness.close()
+    log_file = harness.directory / "t-0" / f"{0:020d}.log"
+    os.truncate(log_file, log_file.stat().st_size - 7)
+    plog = harness.log()
+    assert plog.log_end_offset == 27
+    assert append(plog).first_offset == 27
+    assert offsets_in(plog.read(24, MIB, 28, True)) == [24, 25, 26, 27]
+
+
+def test_a_corrupt_batch_truncates_the_log_and_drops_later_segments(harness):
+    plog = harness.log(**{"segment.bytes": 500})
+    for _ in range(20):
+        append(plog, records=2, value_size=40)
+    segments = plog.segments()
+    victim = segments[1]
+    crash(harness)
+    log_file = harness.directory / "t-0" / f"{victim.base_offset:020d}.log"
+    data = bytearray(log_file.read_bytes())
+    second_batch = len(data) // 2
+    data[second_batch + 70] ^= 0xFF  # a payload byte: the CRC-32C no longer matches
+    log_file.write_bytes(bytes(data))
+    plog = harness.log()
+    assert plog.log_end_offset == victim.base_offset + 2
+    assert [s.base_offset for s in plog.segments()] == [s.base_offset for s in segments[:2]]
+    assert not (harness.directory / "t-0" / f"{segments[2].base_offset:020d}.log").exists()
+    assert offsets_in(b"".join(plog.read(o, MIB, 100, True) for o in (0, victim.base_offset))) == list(
+        range(victim.base_offset + 2)
+    )
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "missing", "zeros"])
+def test_a_damaged_index_is_rebuilt_not_trusted(harness, damage):
+    plog = harness.log(**{"segment.bytes": 3000, "index.interval.bytes": 200})
+    for i in range(40):
+        append(plog, records=2, value_size=50, timestamp=1000 + i)
+    first = plog.segments()[0]
+    harness.close()
+    index = harness.directory / "t-0" / f"{0:020d}.index"
+    good = index.read_bytes()
+    assert len(good) >= 16
+    if damage == "garbage":
+        index.write_bytes(struct.pack(">ii", 7, 999999) * 3)
+    elif damage == "truncated":
+        index.write_bytes(good[:-3])
+    elif damage == "missing":
+        index.unlink()
+    else:
+        index.write_bytes(bytes(len(good)))
+    plog = harness.log()
+    assert index.read_bytes() == good
+    for offset in range(first.base_offset, first.next_offset):
+        assert offsets_in(plog.read(offset, 200, 80, True))[0] <= offset
+
+
+def test_an_index_pointing_inside_a_batch_is_caught_on_read(harness):
+    plog = harness.log(**{"index.interval.bytes": 100})
+    for _ in range(20):
+        append(plog, records=2, value_size=50)
+    harness.close()
+    index = harness.directory / "t-0" / f"{0:020d}.index"
+    good = entries(index, ">ii")
+    # Sane first and last entries, but a middle one that points past its batch.
+    lying = [good[0], *[(rel, pos + 1000) for rel, pos in good[1:-1]], good[-1]]
+    index.write_bytes(b"".join(struct.pack(">ii", *e) for e in lying))
+    plog = harness.log()
+    for offset in range(plog.log_end_offset):
+        assert offset in offsets_in(plog.read(offset, 1, 40, True))
+
+
+def test_leftover_files_are_removed_at_start(harness):
+    plog = harness.log()
+    append(plog)
+    harness.close()
+    d = harness.directory / "t-0"
+    for name in ("00000000000000000000.log.deleted", "00000000000000000000.index.cleaned", "x.log.swap"):
+        (d / name).write_bytes(b"junk")
+    (d / f"{5:020d}.index").write_bytes(b"")  # an index without its log
+    (harness.directory / "gone-0.0123abcd-delete").mkdir()
+    harness.log()
+    assert names(d) == [
+        f"{0:020d}.index",
+        f"{0:020d}.log",
+        f"{0:020d}.timeindex",
+        "leader-epoch-checkpoint",
+        "partition.metadata",
+    ]
+    assert not (harness.directory / "gone-0.0123abcd-delete").exists()
+
+
+def test_partition_directories_written_by_kafka_are_adopted(harness):
+    harness.directory.mkdir(parents=True)
+    shutil.copytree(
+        FIXTURES / "_confluent-ksql-default__command_topic-0",
+        harness.directory / "_confluent-ksql-default__command_topic-0",
+    )
+    harness.open()
+    [stored] = harness.storage.load_topics()
+    assert stored.name == "_confluent-ksql-default__command_topic" and stored.partitions == 1
+    metadata = (FIXTURES / "_confluent-ksql-default__command_topic-0" / "partition.metadata").read_text()
+    assert files.kafka_uuid(stored.topic_id) in metadata
+    plog = harness.log(stored.name)
+    records = read_all_records(plog.read(0, MIB, plog.log_end_offset, True))
+    assert [r.offset for r in records] == list(range(plog.log_end_offset)) and plog.log_end_offset > 0
+    assert append(plog).first_offset == records[-1].offset + 1
+
+
+def test_a_log_directory_of_another_node_is_refused(harness, tmp_path):
+    harness.open()
+    harness.close()
+    meta = harness.directory / "meta.properties"
+    meta.write_text(meta.read_text().replace("node.id=0", "node.id=7"))
+    with pytest.raises(ConfigError, match="Stored node id 7"):
+        harness.open()
+
+
+def test_a_partition_directory_of_another_topic_id_is_refused(harness):
+    plog = harness.log()
+    append(plog)
+    harness.close()
+    files.write_partition_metadata(harness.directory / "t-0" / "partition.metadata", uuid.uuid4())
+    with pytest.raises(Exception, match="belongs to topic id"):
+        harness.log()
+
+
+def test_a_corrupt_checkpoint_means_full_recovery(harness):
+    plog = harness.log()
+    for _ in range(3):
+        append(plog, records=2)
+    harness.close()
+    (harness.directory / "recovery-point-offset-checkpoint").write_text("garbage")
+    plog = harness.log()
+    assert plog.log_end_offset == 6
