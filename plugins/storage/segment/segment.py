@@ -38,7 +38,8 @@ _LAST_DELTA = struct.Struct(">i")
 _MAX_TIMESTAMP = struct.Struct(">q")
 _LAST_DELTA_AT = 23
 _MAX_TIMESTAMP_AT = 35
-SCAN_CHUNK = 1 << 20
+SCAN_CHUNK = 1 << 20  # recovery and timestamp scans read this much at a time
+LOOKUP_CHUNK = 64 << 10  # an offset lookup scans from an index entry, usually < index.interval.bytes away
 
 
 class LogSegment:
@@ -238,13 +239,13 @@ class LogSegment:
 
     # -- reading --------------------------------------------------------------------------
 
-    def _scan(self, start: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader, bytes]]:
+    def _scan(self, start: int, chunk: int = SCAN_CHUNK) -> Iterator[tuple[int, BatchHeader, bytes]]:
         """(file position, header, buffer) for each whole batch from ``start``; header
         positions are within the buffer. Stops at a partial batch; raises CorruptRequest
         at a batch whose size or magic is impossible."""
-        end = self.size if end is None else end
+        end = self.size
         pos = start
-        want = SCAN_CHUNK
+        want = chunk
         while end - pos >= LOG_OVERHEAD:
             buf = os.pread(self.fd, min(want, end - pos), pos)
             consumed = 0
@@ -253,7 +254,7 @@ class LogSegment:
                 consumed = h.end
             if consumed:
                 pos += consumed
-                want = SCAN_CHUNK
+                want = chunk
                 continue
             need = LOG_OVERHEAD + _START.unpack_from(buf, 0)[1]  # the first batch did not fit
             if need <= len(buf) or need > end - pos:
@@ -268,7 +269,7 @@ class LogSegment:
                 "%s: offset index entry for %d does not match the log; scanning from the start", self.path, offset
             )
             start = 0
-        for position, h, _ in self._scan(start):
+        for position, h, _ in self._scan(start, LOOKUP_CHUNK):
             if h.base_offset + h.last_offset_delta >= offset:
                 return position
         return None
