@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .authorization import Action, AuthorizationResult
+from .authorization import AclOperation, Action, AuthorizationResult, ResourceType
 from .config import BROKER_CONFIGS, BrokerConfig
 from .context import RequestContext
 from .delayed import Purgatory
@@ -197,6 +197,12 @@ class Broker:
         if results is None or len(results) != len(actions):
             raise RuntimeError("brokkr_authorize must return one result per action")
         return [r is AuthorizationResult.ALLOWED for r in results]
+
+    def authorize_topics(self, ctx: RequestContext, operation: AclOperation, names) -> dict[str, bool]:
+        """Whether ``operation`` is allowed on each topic named (one hook call for all)."""
+        unique = sorted(set(names))
+        actions = [Action(operation, ResourceType.TOPIC, name) for name in unique]
+        return dict(zip(unique, self.authorize(ctx, actions)))
 
     def throttle_ms(self, ctx: RequestContext, quota_type: str, amount: float) -> int:
         results = self.hook.brokkr_quota_throttle_ms(context=ctx, quota_type=quota_type, amount=amount, broker=self)

@@ -4,7 +4,7 @@ so the request never waits in a purgatory."""
 
 from __future__ import annotations
 
-from ..authorization import AclOperation, Action, ResourceType
+from ..authorization import AclOperation
 from ..errors import BrokkrError, ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
@@ -22,10 +22,7 @@ def _result(index: int, code: ErrorCode, low_watermark: int = -1) -> DeleteRecor
 
 
 async def handle(broker, ctx, request):
-    names = sorted({t.name for t in request.topics})
-    allowed = dict(
-        zip(names, broker.authorize(ctx, [Action(AclOperation.DELETE, ResourceType.TOPIC, n) for n in names]))
-    )
+    allowed = broker.authorize_topics(ctx, AclOperation.DELETE, (t.name for t in request.topics))
     results = []
     for t in request.topics:
         topic = broker.topics.get(t.name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..authorization import AclOperation, Action, ResourceType
+from ..authorization import AclOperation
 from ..errors import ErrorCode
 from ..protocol.frames import response_spec
 from ..protocol.primitives import ZERO_UUID
@@ -36,10 +36,7 @@ async def handle(broker, ctx, request):
                 resolved.append(res)
         else:
             resolved.append(res)
-    names = sorted({r.name for r in resolved})
-    allowed = dict(
-        zip(names, broker.authorize(ctx, [Action(AclOperation.DELETE, ResourceType.TOPIC, n) for n in names]))
-    )
+    allowed = broker.authorize_topics(ctx, AclOperation.DELETE, (r.name for r in resolved))
     for res in resolved:
         topic = broker.topics.get(res.name)
         if not allowed[res.name]:

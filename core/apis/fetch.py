@@ -12,7 +12,7 @@ clients to send full fetch requests, as Kafka does when its session cache is ful
 
 from __future__ import annotations
 
-from ..authorization import AclOperation, Action, ResourceType
+from ..authorization import AclOperation
 from ..delayed import DelayedOperation
 from ..errors import ErrorCode
 from ..log import OffsetOutOfRange
@@ -80,7 +80,7 @@ async def handle(broker, ctx, request):
     names = sorted(
         {topic.name for _, topic, _ in resolved if topic} | {t.topic for t, topic, _ in resolved if not by_id}
     )
-    allowed = dict(zip(names, broker.authorize(ctx, [Action(AclOperation.READ, ResourceType.TOPIC, n) for n in names])))
+    allowed = broker.authorize_topics(ctx, AclOperation.READ, names)
 
     plan = []  # (request topic, topic, [(request partition, partition, error)])
     has_error = False

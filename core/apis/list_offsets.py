@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ..authorization import AclOperation, Action, ResourceType
+from ..authorization import AclOperation
 from ..errors import ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
@@ -35,10 +35,7 @@ def _lookup(partition, spec: int) -> tuple[int, int]:
 
 
 async def handle(broker, ctx, request):
-    names = sorted({t.name for t in request.topics})
-    allowed = dict(
-        zip(names, broker.authorize(ctx, [Action(AclOperation.DESCRIBE, ResourceType.TOPIC, n) for n in names]))
-    )
+    allowed = broker.authorize_topics(ctx, AclOperation.DESCRIBE, (t.name for t in request.topics))
     topics = []
     for t in request.topics:
         topic = broker.topics.get(t.name)

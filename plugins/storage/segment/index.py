@@ -19,6 +19,8 @@ import os
 import struct
 from pathlib import Path
 
+from .files import fsync_path
+
 INT32_MAX = 2**31 - 1
 
 
@@ -76,9 +78,11 @@ class _Index:
             os.truncate(self.path, self.entries * self.entry.size)
             self._data = None
 
-    def flush(self) -> None:
+    def sync(self) -> None:
+        """Write the entries through to disk."""
         if self._mmap is not None:
             self._mmap.flush()
+        fsync_path(self.path)
 
     def close(self) -> None:
         self.seal()

@@ -156,13 +156,8 @@ class SegmentLog:
     def _flush_rolled(self, segment: LogSegment, fd: int, next_offset: int) -> None:
         try:
             os.fsync(fd)
-            for index in (segment.offset_index, segment.time_index):
-                if index.path.exists():
-                    index_fd = os.open(index.path, os.O_RDONLY)
-                    try:
-                        os.fsync(index_fd)
-                    finally:
-                        os.close(index_fd)
+            files.fsync_path(segment.offset_index.path)  # sealed: nothing left in a map
+            files.fsync_path(segment.time_index.path)
             self.recovery_point = max(self.recovery_point, next_offset)
         except OSError:
             log.exception("flushing rolled segment %s failed", segment.path)

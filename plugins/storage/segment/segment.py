@@ -150,14 +150,8 @@ class LogSegment:
     def sync(self) -> None:
         """fsync the log and both indexes."""
         os.fsync(self.fd)
-        for index in (self.offset_index, self.time_index):
-            index.flush()
-            if index.path.exists():
-                fd = os.open(index.path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+        self.offset_index.sync()
+        self.time_index.sync()
 
     def close(self) -> None:
         if self.active:
