@@ -277,3 +277,24 @@ def test_a_corrupt_checkpoint_means_full_recovery(harness):
     (harness.directory / "recovery-point-offset-checkpoint").write_text("garbage")
     plog = harness.log()
     assert plog.log_end_offset == 6
+
+
+def test_flush_messages_moves_the_recovery_point_and_the_default_leaves_it_to_the_os(harness):
+    flushed = harness.log("flushed", **{"flush.messages": 2})
+    lazy = harness.log("lazy")
+    for _ in range(3):
+        append(flushed)
+        append(lazy)
+    assert flushed.recovery_point == 2, "flushed after every second record"
+    assert lazy.recovery_point == 0, "flush.messages and flush.ms default to never: the OS decides"
+    lazy.close()
+    assert lazy.recovery_point == 3, "a clean close flushes"
+    harness.logs.remove(lazy)
+
+
+def test_a_rolled_segment_is_flushed_in_the_background(harness):
+    plog = harness.log(**{"segment.bytes": 300})
+    for _ in range(4):
+        append(plog, value_size=100)
+    harness.storage.flusher.submit(lambda: None).result(timeout=10)  # the queue has drained
+    assert plog.recovery_point == plog.segments()[-1].base_offset

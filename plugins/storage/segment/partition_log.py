@@ -22,7 +22,7 @@ import uuid
 from concurrent.futures import Executor
 from pathlib import Path
 
-from brokkr.core.config import TopicConfig
+from brokkr.core.config import LONG_MAX, TopicConfig
 from brokkr.core.log import AppendInfo, OffsetOutOfRange, SegmentInfo, TimestampOffset
 
 from . import files
@@ -53,6 +53,10 @@ class SegmentLog:
     ):
         self.dir = directory
         self.config = config
+        # Read on every append: looked up once.
+        self._roll_limits = (config["segment.bytes"], config["segment.ms"])
+        self._flush_messages = config["flush.messages"]
+        self._flush_ms = config["flush.ms"] if config["flush.ms"] < LONG_MAX else None
         self.codecs = codecs
         self._flusher = flusher
         self.deleted = False
@@ -124,9 +128,7 @@ class SegmentLog:
     def append(self, records, first_offset, last_offset, max_timestamp, record_count) -> AppendInfo:
         rolled = None
         active = self._segments[-1]
-        if active.should_roll(
-            len(records), last_offset, max_timestamp, self.config["segment.bytes"], self.config["segment.ms"]
-        ):
+        if active.should_roll(len(records), last_offset, max_timestamp, *self._roll_limits):
             rolled = self._roll(first_offset)
             active = self._segments[-1]
         epoch = int.from_bytes(records[_EPOCH_AT : _EPOCH_AT + 4], "big", signed=True)
@@ -135,9 +137,8 @@ class SegmentLog:
             files.write_leader_epochs(self._epochs_path, self._epochs)
         active.append(records)
         self._unflushed += record_count
-        if (
-            self._unflushed >= self.config["flush.messages"]
-            or (time.monotonic() - self._last_flush) * 1000 >= self.config["flush.ms"]
+        if self._unflushed >= self._flush_messages or (
+            self._flush_ms is not None and (time.monotonic() - self._last_flush) * 1000 >= self._flush_ms
         ):
             self.flush()
         return AppendInfo(first_offset, last_offset, record_count, max_timestamp, len(records), rolled)
