@@ -82,10 +82,12 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
+def create_topic(bootstrap: str, topic: str, config: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})  # keep a reference: the futures need it alive
     futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=1, replication_factor=1)], operation_timeout=10, request_timeout=15
+        [NewTopic(topic, num_partitions=1, replication_factor=1, config=config or {})],
+        operation_timeout=10,
+        request_timeout=15,
     )
     futures[topic].result(timeout=15)
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .authorization import AclOperation, Action, AuthorizationResult, ResourceType
+from .compression import collect_codecs
 from .config import BROKER_CONFIGS, BrokerConfig
 from .context import RequestContext
 from .delayed import Purgatory
@@ -69,7 +70,7 @@ class Broker:
 
     def open_storage(self) -> Storage:
         """Collect the codecs and open the storage (``start`` does this first)."""
-        self.codecs = {c.id: c for result in self.hook.brokkr_codecs(broker=self) for c in result}
+        self.codecs = collect_codecs(self.hook, self)
         storage = self.hook.brokkr_open_storage(broker=self)
         if storage is None:
             raise ConfigError(f"no storage plugin answers brokkr.storage={self.config['brokkr.storage']!r}")

@@ -190,10 +190,13 @@ def brokkr_codecs(broker: Broker) -> list[Codec]:
     """Provide compression codecs, keyed by Kafka's compression id (0 none, 1 gzip, ...).
 
     Called once at broker start. When two plugins provide the same id, the one
-    registered last wins, so a third-party plugin can replace a built-in codec.
+    registered last wins, so a third-party plugin can replace a built-in codec. Return
+    new objects on each call: each broker calls its codecs from its own event loop.
 
     :param broker: The broker.
-    :return: A list of objects satisfying :class:`brokkr.core.validation.Codec`.
+    :return: A list of objects satisfying :class:`brokkr.core.compression.Codec`, whose
+        ``decompress`` faces producers' bytes: it keeps to a size bound and raises only
+        :class:`brokkr.core.compression.DecompressionError`.
     """
 
 
@@ -204,9 +207,10 @@ def brokkr_validate_records(
     """Validate (and possibly convert) the record set produced to one partition.
 
     Called once per partition per Produce request, before offsets are assigned. The
-    built-in validator (trylast) checks what Kafka's ``LogValidator`` checks at the
-    batch level: one batch of magic 2, sizes, CRC-32C, the offset range, and that its
-    codec is known.
+    built-in validator (trylast, :mod:`brokkr.core.validation`) checks what Kafka checks
+    before an append (one batch of magic 2, sizes, CRC-32C, the offset range, no control
+    batch, keys on compacted topics, timestamp bounds) and converts the batch to the
+    topic's ``compression.type`` and ``message.timestamp.type``.
 
     Stops at first non-None result.
 

@@ -298,3 +298,33 @@ def test_a_rolled_segment_is_flushed_in_the_background(harness):
         append(plog, value_size=100)
     harness.storage.flusher.submit(lambda: None).result(timeout=10)  # the queue has drained
     assert plog.recovery_point == plog.segments()[-1].base_offset
+
+
+def test_a_failed_disk_write_answers_kafka_storage_error_and_leaves_no_partial_batch(
+    brokkr_broker_factory, monkeypatch
+):
+    from brokkr.core.errors import ErrorCode
+    from brokkr.core.testing import RawClient
+    from brokkr.plugins.storage.segment import segment
+    from wire import PRODUCE, batch, produce_body
+
+    broker = brokkr_broker_factory()
+    broker.call(broker.broker.create_topic, "t")
+    real_write = os.write
+
+    def half_then_enospc(fd, data):
+        if len(data) > 40 and getattr(half_then_enospc, "armed", False):
+            half_then_enospc.armed = False
+            real_write(fd, bytes(data[:40]))
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(segment.os, "write", half_then_enospc)
+    with RawClient(broker.bootstrap_servers) as c:
+        half_then_enospc.armed = True
+        failed = c.request(PRODUCE, 9, produce_body("t", batch())).responses[0].partition_responses[0]
+        ok = c.request(PRODUCE, 9, produce_body("t", batch())).responses[0].partition_responses[0]
+    assert failed.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert (ok.error_code, ok.base_offset) == (ErrorCode.NONE, 0)
+    log = broker.broker.topics["t"].partitions[0].log
+    assert offsets_in(broker.call(log.read, 0, MIB, 10, True))[0] == 0

@@ -12,8 +12,9 @@ import logging
 
 from ..authorization import AclOperation, Action, ResourceType
 from ..delayed import DelayedOperation
-from ..errors import CloseConnection, ErrorCode
+from ..errors import CloseConnection, CorruptRequest, ErrorCode
 from ..protocol.frames import response_spec
+from ..protocol.records import iter_batches_untrusted
 from ..validation import RecordsError
 from . import Api
 from .common import partition_of, resolve_topic
@@ -38,9 +39,15 @@ async def handle(broker, ctx, request):
     acks = request.acks
     if acks not in (-1, 0, 1):
         return error_response(request, ErrorCode.INVALID_REQUIRED_ACKS)
-    if request.transactional_id is not None:
-        action = Action(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
-        if not broker.authorize(ctx, [action])[0]:
+    if _has_transactional_records(request):
+        # Kafka's KafkaApis: transactional batches need WRITE on the request's transactional
+        # id, so a plain producer (no transactional id) setting the flag fails everything.
+        txn_id = request.transactional_id
+        authorized = (
+            txn_id is not None
+            and broker.authorize(ctx, [Action(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)])[0]
+        )
+        if not authorized:
             return error_response(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
     topics = [(t, *resolve_topic(broker, t.name, t.topic_id, by_id)) for t in request.topic_data]
@@ -83,6 +90,19 @@ async def handle(broker, ctx, request):
     return ProduceResponse(responses=responses, throttle_time_ms=throttle)
 
 
+def _has_transactional_records(request) -> bool:
+    """Kafka's ``RequestUtils.hasTransactionalRecords``: whether any batch of any partition
+    has the transactional flag. Record sets that do not parse are left to validation."""
+    for t in request.topic_data:
+        for pd in t.partition_data:
+            try:
+                if any(h.is_transactional for h in iter_batches_untrusted(pd.records or b"")):
+                    return True
+            except CorruptRequest:
+                continue
+    return False
+
+
 def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProduceResponse, int]:
     """Validate and append one partition's records: (its response, the next offset)."""
     if acks == -1 and partition.config["min.insync.replicas"] > 1:
@@ -103,6 +123,9 @@ def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProduceResp
             BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors
         ]
         return res, -1
+    except OSError as exc:  # the disk failed the write; the log has dropped any partial batch
+        log.exception("append to %s failed", partition.name)
+        return _result(partition.index, ErrorCode.KAFKA_STORAGE_ERROR, f"Error writing the log: {exc}"), -1
     except Exception:
         log.exception("append to %s failed", partition.name)
         return _result(partition.index, ErrorCode.UNKNOWN_SERVER_ERROR), -1
@@ -110,6 +133,7 @@ def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProduceResp
         index=partition.index,
         error_code=ErrorCode.NONE,
         base_offset=info.first_offset,
+        log_append_time_ms=validated.log_append_time,
         log_start_offset=partition.log.log_start_offset,
     )
     return res, info.last_offset + 1

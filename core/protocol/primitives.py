@@ -22,6 +22,27 @@ _I64 = struct.Struct(">q")
 _F64 = struct.Struct(">d")
 
 ZERO_UUID = uuid.UUID(int=0)
+VARINT_MAX_BYTES = 5  # an int32
+VARLONG_MAX_BYTES = 10  # an int64
+
+
+def decode_uvarint(buf: bytes | memoryview, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    """The unsigned LEB128 varint of at most ``max_bytes`` at ``pos`` in ``buf[:end]``:
+    ``(value, position after it)``. Zigzag-encoded (signed) ones decode as
+    ``(v >> 1) ^ -(v & 1)``. Raises CorruptRequest."""
+    value = shift = 0
+    limit = 7 * max_bytes
+    while True:
+        if pos >= end:
+            raise CorruptRequest("truncated varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+        if shift >= limit:
+            raise CorruptRequest(f"varint longer than {max_bytes} bytes")
 
 
 class Reader:
@@ -75,40 +96,16 @@ class Reader:
 
     def uvarint(self) -> int:
         """Unsigned LEB128 varint, at most 5 bytes (an int32), as Kafka's ByteUtils."""
-        value = shift = 0
-        buf, pos, end = self.buf, self.pos, self.end
-        while True:
-            if pos >= end:
-                raise CorruptRequest("truncated varint")
-            b = buf[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                self.pos = pos
-                return value
-            shift += 7
-            if shift > 28:
-                raise CorruptRequest("varint longer than 5 bytes")
+        value, self.pos = decode_uvarint(self.buf, self.pos, self.end, VARINT_MAX_BYTES)
+        return value
 
     def varint(self) -> int:
         v = self.uvarint()
         return (v >> 1) ^ -(v & 1)
 
     def uvarlong(self) -> int:
-        value = shift = 0
-        buf, pos, end = self.buf, self.pos, self.end
-        while True:
-            if pos >= end:
-                raise CorruptRequest("truncated varlong")
-            b = buf[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                self.pos = pos
-                return value
-            shift += 7
-            if shift > 63:
-                raise CorruptRequest("varlong longer than 10 bytes")
+        value, self.pos = decode_uvarint(self.buf, self.pos, self.end, VARLONG_MAX_BYTES)
+        return value
 
     def varlong(self) -> int:
         v = self.uvarlong()

@@ -2,9 +2,11 @@
 
 On the hot path a batch stays bytes: the broker reads the 61-byte header, checks the
 CRC-32C, and patches the base offset and partition leader epoch in place (the CRC covers
-neither). Records are decoded only where semantics need them (timestamp lookups in the
-memory log, compressed batches, tests); :func:`build_batch` writes uncompressed batches
-for tests, tools and benchmarks.
+neither). Records are walked only where semantics need them: :func:`scan_records_untrusted`
+gathers what validation checks (compressed batches, compacted topics, timestamp bounds)
+in one pass, :func:`decode_records` materialises them (timestamp lookups, conversion,
+tests). :func:`encode_batch` wraps a records section (compressed or not) in a header and
+CRC; :func:`build_batch` builds whole uncompressed batches for tests, tools and benchmarks.
 
 Batch header (all big-endian)::
 
@@ -40,18 +42,24 @@ import attrs
 import crc32c
 
 from ..errors import CorruptRequest
-from .primitives import Reader, encode_varint
+from .primitives import VARINT_MAX_BYTES, VARLONG_MAX_BYTES, decode_uvarint, encode_varint
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # base_offset + batch_length
+#: The smallest size a batch may declare in any format (Kafka's RECORD_OVERHEAD_V0), so
+#: that a small v0/v1 message set is told apart by its magic rather than by its size.
+LEGACY_MIN_SIZE = 14
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
 _BASE_OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
 _LENGTH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
+_ATTRIBUTES = struct.Struct(">h")
+_TIMESTAMP = struct.Struct(">q")
 
 CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08  # set: LogAppendTime
@@ -80,6 +88,11 @@ class BatchHeader:
     producer_epoch: int
     base_sequence: int
     record_count: int
+
+    @classmethod
+    def unpack(cls, buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+        """The header of the batch at ``position``; the caller has checked that it fits."""
+        return cls(position, *HEADER.unpack_from(buf, position))
 
     @property
     def size(self) -> int:
@@ -122,14 +135,16 @@ def iter_batches_untrusted(buf: bytes | bytearray | memoryview) -> Iterator[Batc
     pos, end = 0, len(mv)
     while pos + LOG_OVERHEAD <= end:
         (length,) = _LENGTH.unpack_from(mv, pos + 8)
-        if length < HEADER_SIZE - LOG_OVERHEAD:
+        if length < LEGACY_MIN_SIZE:
             raise CorruptRequest(f"record batch at {pos} declares size {length}, below the minimum")
         if pos + LOG_OVERHEAD + length > end:
             return
         magic = mv[pos + MAGIC_OFFSET]
         if magic != 2:
             raise CorruptRequest(f"record batch at {pos} has magic {magic}; only magic 2 is supported")
-        yield BatchHeader(pos, *HEADER.unpack_from(mv, pos))
+        if length < HEADER_SIZE - LOG_OVERHEAD:
+            raise CorruptRequest(f"record batch at {pos} declares size {length}, below the minimum")
+        yield BatchHeader.unpack(mv, pos)
         pos += LOG_OVERHEAD + length
 
 
@@ -143,7 +158,25 @@ def patch_batch(buf: bytearray, position: int, base_offset: int, leader_epoch: i
     _EPOCH.pack_into(buf, position + 12, leader_epoch)
 
 
-# -- records: decoding and building (off the hot path) ------------------------------
+def set_max_timestamp(buf: bytearray, header: BatchHeader, max_timestamp: int, log_append_time: bool) -> BatchHeader:
+    """Kafka's ``DefaultRecordBatch.setMaxTimestamp``: rewrite the timestamp type bit and
+    the max timestamp of the batch ``header`` describes, and its CRC, in place. The records
+    section (compressed or not) is untouched. Returns the header as it now is; a batch that
+    already says so is left alone."""
+    if log_append_time:
+        attributes = header.attributes | TIMESTAMP_TYPE_MASK
+    else:
+        attributes = header.attributes & ~TIMESTAMP_TYPE_MASK
+    if attributes == header.attributes and max_timestamp == header.max_timestamp:
+        return header
+    _ATTRIBUTES.pack_into(buf, header.position + ATTRIBUTES_OFFSET, attributes)
+    _TIMESTAMP.pack_into(buf, header.position + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    crc = crc32c.crc32c(memoryview(buf)[header.position + ATTRIBUTES_OFFSET : header.end])
+    _CRC.pack_into(buf, header.position + CRC_OFFSET, crc)
+    return attrs.evolve(header, attributes=attributes, max_timestamp=max_timestamp, crc=crc)
+
+
+# -- records: walking, decoding and building (only where semantics need records) ----
 
 
 @attrs.frozen
@@ -155,41 +188,105 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
+@attrs.frozen
+class RecordScan:
+    """What validation needs from a batch's records, gathered in one pass: one object per
+    batch, lists indexed like the records."""
+
+    timestamp_deltas: list[int]
+    offset_deltas: list[int]
+    keyless: list[int]  # indexes of the records without a key
+
+
+def scan_records_untrusted(header: BatchHeader, payload: bytes | memoryview) -> RecordScan:
+    """Walk the (already decompressed) records section of a batch from a peer.
+
+    Checks what Kafka's record iterator checks: ``record_count`` well-formed records, each
+    within its declared length, that fill the section exactly. Raises CorruptRequest.
+    """
+    pos, end = 0, len(payload)
+    timestamp_deltas: list[int] = []
+    offset_deltas: list[int] = []
+    keyless: list[int] = []
+    for index in range(header.record_count):
+        timestamp_delta, offset_delta, key, _, _, pos = _record_at(payload, pos, end)
+        timestamp_deltas.append(timestamp_delta)
+        offset_deltas.append(offset_delta)
+        if key is None:
+            keyless.append(index)
+    if pos != end:
+        raise CorruptRequest("Incorrect declared batch size, records still remaining in file")
+    return RecordScan(timestamp_deltas, offset_deltas, keyless)
+
+
 def decode_records(header: BatchHeader, payload: bytes | memoryview) -> list[Record]:
     """Decode the (already decompressed) records section of a batch."""
-    r = Reader(payload)
+    pos, end = 0, len(payload)
     out = []
     for _ in range(header.record_count):
-        length = r.varint()
-        if length < 0 or length > r.remaining:
-            raise CorruptRequest(f"record length {length} exceeds the batch")
-        end = r.pos + length
-        sub = Reader(r.buf, r.pos, end)
-        sub.int8()
-        ts_delta = sub.varlong()
-        offset_delta = sub.varint()
-        key = _varbytes(sub)
-        value = _varbytes(sub)
-        n_headers = sub.varint()
-        if n_headers < 0 or n_headers > sub.remaining:
-            raise CorruptRequest(f"invalid header count {n_headers}")
-        headers = []
-        for _ in range(n_headers):
-            hkey = _varbytes(sub)
-            if hkey is None:
-                raise CorruptRequest("null header key")
-            headers.append((hkey.decode("utf-8", "replace"), _varbytes(sub)))
-        if sub.remaining:
-            raise CorruptRequest("record has trailing bytes")
-        r.pos = end
-        timestamp = header.max_timestamp if header.log_append_time else header.base_timestamp + ts_delta
-        out.append(Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers)))
+        timestamp_delta, offset_delta, key, value, headers, pos = _record_at(payload, pos, end)
+        timestamp = header.max_timestamp if header.log_append_time else header.base_timestamp + timestamp_delta
+        out.append(
+            Record(
+                header.base_offset + offset_delta,
+                timestamp,
+                _bytes(payload, key),
+                _bytes(payload, value),
+                tuple((str(payload[k[0] : k[1]], "utf-8", "replace"), _bytes(payload, v)) for k, v in headers),
+            )
+        )
     return out
 
 
-def _varbytes(r: Reader) -> bytes | None:
-    n = r.varint()
-    return None if n < 0 else bytes(r.take(n))
+_Span = tuple[int, int] | None  # (start, end) of a byte field in the buffer; None: null
+
+
+def _record_at(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int, _Span, _Span, list, int]:
+    """The record at ``pos``: (timestamp delta, offset delta, key, value, headers as
+    [(key, value)], position after it), byte fields as spans of ``buf``. Positions rather
+    than views or Reader objects keep this loop, the cost of every walked record, lean.
+    The record attributes byte is unused in v2."""
+    length, pos = _varint(buf, pos, end)
+    stop = pos + length
+    if length < 1 or stop > end:
+        raise CorruptRequest(f"record length {length} exceeds the batch")
+    timestamp_delta, pos = decode_uvarint(buf, pos + 1, stop, VARLONG_MAX_BYTES)
+    timestamp_delta = (timestamp_delta >> 1) ^ -(timestamp_delta & 1)
+    offset_delta, pos = _varint(buf, pos, stop)
+    key, pos = _span(buf, pos, stop)
+    value, pos = _span(buf, pos, stop)
+    n_headers, pos = _varint(buf, pos, stop)
+    if n_headers < 0 or n_headers > stop - pos:
+        raise CorruptRequest(f"invalid header count {n_headers}")
+    headers = []
+    for _ in range(n_headers):
+        hkey, pos = _span(buf, pos, stop)
+        if hkey is None:
+            raise CorruptRequest("null header key")
+        hvalue, pos = _span(buf, pos, stop)
+        headers.append((hkey, hvalue))
+    if pos != stop:
+        raise CorruptRequest("record has trailing bytes")
+    return timestamp_delta, offset_delta, key, value, headers, stop
+
+
+def _varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    value, pos = decode_uvarint(buf, pos, end, VARINT_MAX_BYTES)
+    return (value >> 1) ^ -(value & 1), pos
+
+
+def _span(buf: bytes | memoryview, pos: int, end: int) -> tuple[_Span, int]:
+    """A length-prefixed byte field (length -1: null)."""
+    n, pos = _varint(buf, pos, end)
+    if n < 0:
+        return None, pos
+    if pos + n > end:
+        raise CorruptRequest(f"length {n} exceeds the {end - pos} bytes left")
+    return (pos, pos + n), pos + n
+
+
+def _bytes(buf: bytes | memoryview, span: _Span) -> bytes | None:
+    return None if span is None else bytes(buf[span[0] : span[1]])
 
 
 def encode_record(
@@ -215,29 +312,22 @@ def encode_record(
     return encode_varint(len(body)) + bytes(body)
 
 
-def build_batch(
-    records: Sequence[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Sequence]],
+def encode_batch(
+    payload: bytes | memoryview,
     *,
-    base_offset: int = 0,
-    timestamp: int = 0,
+    record_count: int,
     attributes: int = 0,
+    base_timestamp: int = NO_TIMESTAMP,
+    max_timestamp: int = NO_TIMESTAMP,
     producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    base_offset: int = 0,
     leader_epoch: int = -1,
-    compressed_payload: bytes | None = None,
-) -> bytes:
-    """An uncompressed batch of ``(key, value[, headers])`` records, all at ``timestamp``.
-
-    ``compressed_payload`` replaces the records section (for codec tests); the codec bits
-    of ``attributes`` must then say which codec made it.
-    """
-    payload = compressed_payload
-    if payload is None:
-        payload = b"".join(
-            encode_record(i, 0, rec[0], rec[1], rec[2] if len(rec) > 2 else ()) for i, rec in enumerate(records)
-        )
-    n = len(records)
+) -> bytearray:
+    """A whole batch around ``payload``, a records section that the codec bits of
+    ``attributes`` say how to read: the header (last offset delta ``record_count - 1``)
+    and its CRC-32C."""
     head = HEADER.pack(
         base_offset,
         HEADER_SIZE - LOG_OVERHEAD + len(payload),
@@ -245,17 +335,61 @@ def build_batch(
         2,
         0,
         attributes,
-        max(n - 1, 0),
-        timestamp,
-        timestamp,
+        max(record_count - 1, 0),
+        base_timestamp,
+        max_timestamp,
         producer_id,
         producer_epoch,
         base_sequence,
-        n,
+        record_count,
     )
-    batch = bytearray(head + payload)
+    batch = bytearray(head)
+    batch += payload
     _CRC.pack_into(batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
-    return bytes(batch)
+    return batch
+
+
+def build_batch(
+    records: Sequence[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Sequence]],
+    *,
+    base_offset: int = 0,
+    timestamp: int = 0,
+    timestamps: Sequence[int] | None = None,
+    attributes: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    leader_epoch: int = -1,
+    compressed_payload: bytes | None = None,
+) -> bytes:
+    """An uncompressed batch of ``(key, value[, headers])`` records, all at ``timestamp``
+    or each at its entry of ``timestamps`` (the first is the base timestamp).
+
+    ``compressed_payload`` replaces the records section (for codec tests); the codec bits
+    of ``attributes`` must then say which codec made it.
+    """
+    stamps = list(timestamps) if timestamps is not None else [timestamp] * len(records)
+    base = stamps[0] if stamps else timestamp
+    payload = compressed_payload
+    if payload is None:
+        payload = b"".join(
+            encode_record(i, stamp - base, rec[0], rec[1], rec[2] if len(rec) > 2 else ())
+            for i, (rec, stamp) in enumerate(zip(records, stamps))
+        )
+    return bytes(
+        encode_batch(
+            payload,
+            record_count=len(records),
+            attributes=attributes,
+            base_timestamp=base,
+            max_timestamp=max(stamps, default=timestamp),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            base_offset=base_offset,
+            leader_epoch=leader_epoch,
+        )
+    )
 
 
 def read_all_records(buf: bytes | memoryview) -> list[Record]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from brokkr.core.compression import ensure_within
 from brokkr.core.plugins import hookimpl
 
 
@@ -12,7 +13,8 @@ class NoneCodec:
     def compress(self, data: bytes | memoryview) -> bytes:
         return bytes(data)
 
-    def decompress(self, data: bytes | memoryview) -> bytes:
+    def decompress(self, data: bytes | memoryview, max_size: int | None = None) -> bytes:
+        ensure_within(len(data), max_size)
         return bytes(data)
 
 

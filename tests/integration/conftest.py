@@ -102,7 +102,7 @@ def ck_flush(producer: Producer, timeout: float = DEFAULT_TIMEOUT) -> None:
     assert remaining == 0, f"{remaining} message(s) still undelivered after {timeout}s"
 
 
-def _ck_rec(msg: Any) -> Rec:
+def ck_rec(msg: Any) -> Rec:
     ts_type, ts = msg.timestamp()
     kind = {
         confluent_kafka.TIMESTAMP_CREATE_TIME: CREATE_TIME,
@@ -143,7 +143,7 @@ def ck_poll(consumer: Consumer, count: int, timeout: float = DEFAULT_TIMEOUT) ->
             continue
         if msg.error():
             raise KafkaException(msg.error())
-        out.append(_ck_rec(msg))
+        out.append(ck_rec(msg))
     return out
 
 
@@ -192,7 +192,7 @@ def kp_consumer(bootstrap: str, **extra: Any):
     return KafkaConsumer(**conf)
 
 
-def _kp_rec(msg: Any) -> Rec:
+def kp_rec(msg: Any) -> Rec:
     """A kafka-python (or aiokafka) ConsumerRecord as a Rec."""
     return Rec(
         msg.partition,
@@ -221,7 +221,7 @@ def kp_consume(
         while len(out) < count and time.monotonic() < deadline:
             left_ms = int((deadline - time.monotonic()) * 1000)
             for records in consumer.poll(timeout_ms=max(min(left_ms, 1000), 1)).values():
-                out.extend(_kp_rec(m) for m in records)
+                out.extend(kp_rec(m) for m in records)
         return out
     finally:
         consumer.close()
@@ -230,7 +230,7 @@ def kp_consume(
 # -- aiokafka ------------------------------------------------------------------------
 
 
-_aio_rec = _kp_rec  # aiokafka's ConsumerRecord has kafka-python's attributes
+_aio_rec = kp_rec  # aiokafka's ConsumerRecord has kafka-python's attributes
 
 
 async def aio_consume_async(

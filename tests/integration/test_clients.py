@@ -753,11 +753,6 @@ def _produce_one_error(bs, topic, **produce_kwargs):
     return reports.reports[0][0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="brokkr ignores message.timestamp.type=LogAppendTime: records keep the producer's CreateTime",
-)
 def test_log_append_time_topic(brokkr_broker, topic_name):
     bs = brokkr_broker.bootstrap_servers
     ck_create_topic(bs, topic_name, config={"message.timestamp.type": "LogAppendTime"})
@@ -771,11 +766,6 @@ def test_log_append_time_topic(brokkr_broker, topic_name):
         assert before <= rec.timestamp <= after
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="brokkr does not check record timestamps against message.timestamp.after.max.ms (INVALID_TIMESTAMP)",
-)
 def test_future_timestamp_rejected(brokkr_broker, topic_name):
     bs = brokkr_broker.bootstrap_servers
     ck_create_topic(bs, topic_name, config={"message.timestamp.after.max.ms": "60000"})
@@ -784,11 +774,6 @@ def test_future_timestamp_rejected(brokkr_broker, topic_name):
     assert ck_watermarks(bs, topic_name) == (0, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="brokkr accepts records without a key on a compacted topic (Kafka: INVALID_RECORD)",
-)
 def test_compacted_topic_rejects_null_key(brokkr_broker, topic_name):
     bs = brokkr_broker.bootstrap_servers
     ck_create_topic(bs, topic_name, config={"cleanup.policy": "compact"})

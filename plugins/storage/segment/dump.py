@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 import attrs
+from brokkr.core.compression import collect_codecs
 from brokkr.core.errors import CorruptRequest
 from brokkr.core.plugins import create_plugin_manager
 from brokkr.core.protocol.primitives import Reader
@@ -88,8 +89,7 @@ class Problems:
 def load_codecs() -> dict[int, Codec]:
     """The codecs the installed plugins provide (``brokkr_codecs``), by Kafka's codec id,
     as a broker collects them at start; there is no broker here, so the hook gets None."""
-    results = create_plugin_manager().hook.brokkr_codecs(broker=None)
-    return {codec.id: codec for result in results for codec in result}
+    return collect_codecs(create_plugin_manager().hook, None)
 
 
 def dump_files(

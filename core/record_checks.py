@@ -1,0 +1,115 @@
+"""The checks of Kafka's ``LogValidator`` that look at individual records: keys on compacted
+topics and timestamps against ``message.timestamp.before.max.ms``/``after.max.ms``.
+
+They answer with KIP-467 record errors, (batch index, message), in Kafka's words. Every
+list-wide question is asked in C first (``min``/``max`` of the timestamp deltas, the
+indexes of keyless records the scan collected); a Python loop over records runs only to
+word the errors of a batch that is being rejected.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .config import LONG_MAX
+from .errors import ErrorCode
+from .protocol.records import NO_TIMESTAMP, BatchHeader, RecordScan, decode_records
+
+if TYPE_CHECKING:
+    from .partition import Partition
+
+LOG_APPEND_TIME = "LogAppendTime"
+
+
+@attrs.frozen
+class RecordRules:
+    """One topic's record rules at one instant (``now``, in ms), built once per batch."""
+
+    partition: Partition
+    now: int
+    log_append_time: bool
+    compacted: bool
+    before_max_ms: int
+    after_max_ms: int
+
+    @classmethod
+    def of(cls, partition: Partition, now: int) -> RecordRules:
+        config = partition.config
+        return cls(
+            partition,
+            now,
+            config["message.timestamp.type"] == LOG_APPEND_TIME,
+            "compact" in config["cleanup.policy"],
+            config["message.timestamp.before.max.ms"],
+            config["message.timestamp.after.max.ms"],
+        )
+
+    def need_records(self, header: BatchHeader) -> bool:
+        """Whether an uncompressed batch must be walked, or its header settles every rule.
+
+        Keys are only in the records. A producer setting LogAppendTime is refused record
+        by record. Otherwise the header's max timestamp bounds the records from above;
+        nothing bounds them from below, but with the default before.max.ms
+        (Long.MAX_VALUE) Kafka's check, ``now - timestamp > before.max.ms`` on longs,
+        can never be true.
+        """
+        if self.compacted or header.log_append_time:
+            return True
+        if self.log_append_time:
+            return False
+        return self.before_max_ms < LONG_MAX or header.max_timestamp - self.now > self.after_max_ms
+
+    def max_timestamp(self, header: BatchHeader, scan: RecordScan) -> int:
+        """The batch's max timestamp as Kafka recomputes it from its (valid) records."""
+        if self.log_append_time:
+            return self.now
+        if header.log_append_time:  # every record reads the header's max timestamp
+            return header.max_timestamp
+        return max(NO_TIMESTAMP, header.base_timestamp + max(scan.timestamp_deltas))
+
+    def errors(
+        self, header: BatchHeader, scan: RecordScan, payload: bytes | memoryview
+    ) -> tuple[ErrorCode, list[tuple[int, str]]]:
+        """The batch's record errors in record order, at most one per record (a missing key
+        before a timestamp), and the partition's error: INVALID_TIMESTAMP if any timestamp
+        is wrong, else INVALID_RECORD. No errors: ``(NONE, [])``."""
+        found: dict[int, str] = {}
+        if self.compacted:
+            message = f"Compacted topic cannot accept message without key in topic partition {self.partition.name}"
+            found = dict.fromkeys(scan.keyless, message)
+        timestamps = {i: m for i, m in self._timestamp_errors(header, scan, payload).items() if i not in found}
+        if not found and not timestamps:
+            return ErrorCode.NONE, []
+        code = ErrorCode.INVALID_TIMESTAMP if timestamps else ErrorCode.INVALID_RECORD
+        return code, sorted({**found, **timestamps}.items())
+
+    def _timestamp_errors(self, header: BatchHeader, scan: RecordScan, payload: bytes | memoryview) -> dict[int, str]:
+        """Kafka's ``validateTimestamp``, for each record that breaks it."""
+        if header.log_append_time and (self.log_append_time or header.max_timestamp == NO_TIMESTAMP):
+            return self._wrong_type_errors(header, payload)
+        if self.log_append_time:
+            return {}
+        if header.log_append_time:  # every record of the batch reads the header's max timestamp
+            timestamps = [header.max_timestamp] * header.record_count
+        else:
+            deltas = scan.timestamp_deltas
+            low, high = header.base_timestamp + min(deltas), header.base_timestamp + max(deltas)
+            if self.now - low <= self.before_max_ms and high - self.now <= self.after_max_ms:
+                return {}
+            timestamps = [header.base_timestamp + delta for delta in deltas]
+        return {
+            i: f"Timestamp {ts} of message with offset {header.base_offset + scan.offset_deltas[i]} is out of range. "
+            f"The timestamp should be within [{self.now - self.before_max_ms}, {self.now + self.after_max_ms}]"
+            for i, ts in enumerate(timestamps)
+            if ts != NO_TIMESTAMP and (self.now - ts > self.before_max_ms or ts - self.now > self.after_max_ms)
+        }
+
+    def _wrong_type_errors(self, header: BatchHeader, payload: bytes | memoryview) -> dict[int, str]:
+        return {
+            i: f"Invalid timestamp type in message DefaultRecord(offset={r.offset}, timestamp={r.timestamp}, "
+            f"key={len(r.key or b'')} bytes, value={len(r.value or b'')} bytes). "
+            "Producer should not set timestamp type to LogAppendTime."
+            for i, r in enumerate(decode_records(header, payload))
+        }

@@ -1,0 +1,83 @@
+"""Codec 2, ``snappy``, in the two forms producers write.
+
+The Java client (snappy-java's ``SnappyOutputStream``) and kafka-python write xerial
+framing: a 16-byte header, then blocks of 32 KiB of input, each as a big-endian int32
+length and a raw snappy block::
+
+    magic              8 bytes  82 'S' 'N' 'A' 'P' 'P' 'Y' 00
+    version            int32    1
+    compatible version int32    1
+    (block length int32, raw snappy block)...
+
+librdkafka writes one raw snappy block, with no framing. Kafka reads both
+(``SnappyInputStream`` falls back to raw data when the magic is absent), and so does this
+codec; it writes xerial framing, as Kafka does. A raw block starts with its uncompressed
+length as a varint, so the size bound is checked before anything is decompressed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import snappy
+from brokkr.core.compression import DecompressionError, ensure_within
+from brokkr.core.errors import CorruptRequest
+from brokkr.core.plugins import hookimpl
+from brokkr.core.protocol.primitives import Reader
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+#: snappy-java's default block size, which Kafka uses.
+XERIAL_BLOCK_SIZE = 32 * 1024
+_BLOCK_LENGTH = struct.Struct(">i")
+
+
+class SnappyCodec:
+    id = 2
+    name = "snappy"
+
+    def compress(self, data: bytes | memoryview) -> bytes:
+        view = memoryview(data)
+        out = bytearray(XERIAL_HEADER)
+        for start in range(0, len(view), XERIAL_BLOCK_SIZE):
+            block = snappy.compress(view[start : start + XERIAL_BLOCK_SIZE])
+            out += _BLOCK_LENGTH.pack(len(block))
+            out += block
+        return bytes(out)
+
+    def decompress(self, data: bytes | memoryview, max_size: int | None = None) -> bytes:
+        view = memoryview(data)
+        if view[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
+            return _raw_block(view, max_size)
+        if len(view) < len(XERIAL_HEADER):
+            raise DecompressionError("snappy: truncated xerial header")
+        out = bytearray()
+        pos = len(XERIAL_HEADER)
+        while pos < len(view):
+            if pos + _BLOCK_LENGTH.size > len(view):
+                raise DecompressionError("snappy: truncated xerial block length")
+            (length,) = _BLOCK_LENGTH.unpack_from(view, pos)
+            pos += _BLOCK_LENGTH.size
+            if length < 0 or pos + length > len(view):
+                raise DecompressionError(f"snappy: xerial block of {length} bytes exceeds the data")
+            out += _raw_block(view[pos : pos + length], None if max_size is None else max_size - len(out))
+            pos += length
+        return bytes(out)
+
+
+def _raw_block(block: memoryview, max_size: int | None) -> bytes:
+    """One raw snappy block, refused before decompression if its declared length is too large."""
+    try:
+        declared = Reader(block).uvarint()
+    except CorruptRequest:
+        raise DecompressionError("snappy: block does not start with its length") from None
+    ensure_within(declared, max_size)
+    try:
+        return snappy.uncompress(block)
+    except snappy.UncompressError:
+        raise DecompressionError("snappy: corrupt block") from None
+
+
+@hookimpl
+def brokkr_codecs() -> list[SnappyCodec]:
+    return [SnappyCodec()]

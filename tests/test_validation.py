@@ -1,0 +1,417 @@
+"""Record validation and conversion on raw Produce requests against a real broker: each
+rejection with Kafka's error code, message and (Produce v8+) KIP-467 record errors, and
+each conversion as the stored batch shows it."""
+
+from __future__ import annotations
+
+import re
+import struct
+import time
+import zlib
+
+import attrs
+import crc32c
+import pytest
+from brokkr.core import validation
+from brokkr.core.authorization import AuthorizationResult, ResourceType
+from brokkr.core.errors import ErrorCode
+from brokkr.core.plugins import hookimpl
+from brokkr.core.protocol.records import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_FLAG,
+    CRC_OFFSET,
+    HEADER,
+    HEADER_SIZE,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
+    BatchHeader,
+    build_batch,
+    crc_ok,
+    decode_records,
+    encode_record,
+    iter_batches_untrusted,
+)
+from brokkr.core.testing import RawClient
+from brokkr.plugins.codecs.gzip import GzipCodec
+from brokkr.plugins.codecs.zstd import ZstdCodec
+from wire import FETCH, LIST_OFFSETS, PRODUCE, fetch_body, list_offsets_body, produce_body
+
+GZIP = 1
+HOUR = 3_600_000
+RECORDS = [(b"k0", b"v0", [("h", b"x")]), (b"k1", None), (b"k2", b"v2", [("a", None), ("a", b"dup")])]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def gzip_batch(records, attributes: int = 0, **kwargs) -> bytes:
+    """A gzip batch of ``records``, as a producer builds it (records section compressed)."""
+    section = build_batch(records, **kwargs)[HEADER_SIZE:]
+    return build_batch(
+        records, attributes=attributes | GZIP, compressed_payload=GzipCodec().compress(section), **kwargs
+    )
+
+
+def rewrite(batch: bytes, **fields) -> bytes:
+    """``batch`` with some header fields changed and its CRC made valid again."""
+    header = attrs.evolve(BatchHeader.unpack(batch), **fields)
+    out = bytearray(HEADER.pack(*attrs.astuple(header)[1:]) + batch[HEADER_SIZE:])  # astuple()[0]: position
+    struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(out[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def produce(broker, topic: str, records: bytes, version: int = 9, **kwargs):
+    with RawClient(broker.bootstrap_servers) as c:
+        return c.request(PRODUCE, version, produce_body(topic, records, **kwargs)).responses[0].partition_responses[0]
+
+
+def stored(broker, topic: str) -> bytes:
+    with RawClient(broker.bootstrap_servers) as c:
+        return bytes(c.request(FETCH, 12, fetch_body(topic)).responses[0].partitions[0].records)
+
+
+def log_end(broker, topic: str) -> int:
+    return broker.broker.topics[topic].partitions[0].log.log_end_offset
+
+
+def topic(broker, name: str = "t", **configs) -> str:
+    broker.call(broker.broker.create_topic, name, 1, {k.replace("_", "."): str(v) for k, v in configs.items()})
+    return name
+
+
+# -- rejections of the batch as a whole (no record errors, as in Kafka) ------------------------
+
+
+def legacy_message_set(magic: int) -> bytes:
+    """One message in message format v0 or v1 (what Produce v0-v2 carried)."""
+    body = bytes([magic, 0]) + (struct.pack(">q", 1_700_000_000_000) if magic else b"")
+    body += struct.pack(">i", 1) + b"k" + struct.pack(">i", 1) + b"v"
+    message = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", 0, len(message)) + message
+
+
+def batch_cases():
+    plain = build_batch([(b"k", b"v")] * 3)
+    yield "message format v0", legacy_message_set(0), ErrorCode.INVALID_RECORD, "with magic version 2"
+    yield "message format v1", legacy_message_set(1), ErrorCode.INVALID_RECORD, "with magic version 2"
+    yield "base offset", rewrite(plain, base_offset=5), ErrorCode.INVALID_RECORD, "should be 0, but it is 5"
+    yield "unknown codec", rewrite(plain, attributes=5), ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "not supported"
+    yield "negative offset range", rewrite(plain, last_offset_delta=-1), ErrorCode.INVALID_RECORD, "invalid offset"
+    yield "no records", rewrite(plain, record_count=0, last_offset_delta=0), ErrorCode.INVALID_RECORD, "count"
+    yield "count", rewrite(plain, last_offset_delta=1), ErrorCode.INVALID_RECORD, "Inconsistent batch offset range"
+    yield "control batch", rewrite(plain, attributes=CONTROL_FLAG), ErrorCode.INVALID_RECORD, "control records"
+    yield "no sequence", rewrite(plain, producer_id=7, producer_epoch=0), ErrorCode.INVALID_RECORD, "sequence"
+    broken_gzip = build_batch([(b"k", b"v")], attributes=GZIP, compressed_payload=b"\x1f\x8b not really gzip")
+    yield "corrupt gzip", broken_gzip, ErrorCode.CORRUPT_MESSAGE, "cannot be decompressed"
+    short = gzip_batch([(b"k", b"v")] * 3)
+    yield (
+        "fewer records than counted",
+        rewrite(short, record_count=4, last_offset_delta=3),
+        ErrorCode.INVALID_RECORD,
+        "Invalid record in topic partition t-0",
+    )
+    extra = build_batch(
+        [(b"k", b"v")], attributes=GZIP, compressed_payload=GzipCodec().compress(encode_record(0, 0, b"k", b"v") * 2)
+    )
+    yield "more records than counted", extra, ErrorCode.INVALID_RECORD, "records still remaining"
+
+
+@pytest.mark.parametrize("records, code, fragment", [pytest.param(*c[1:], id=c[0]) for c in batch_cases()])
+def test_batch_rejections(brokkr_broker, records, code, fragment):
+    t = topic(brokkr_broker)
+    part = produce(brokkr_broker, t, records)
+    assert (part.error_code, part.record_errors) == (code, [])
+    assert fragment in part.error_message
+    assert log_end(brokkr_broker, t) == 0
+
+
+@pytest.mark.parametrize(
+    "version, code",
+    [(3, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE), (6, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE), (7, ErrorCode.NONE)],
+)
+def test_zstd_needs_produce_v7(brokkr_broker, version, code):
+    t = topic(brokkr_broker)
+    section = build_batch([(b"k", b"v")])[HEADER_SIZE:]
+    records = build_batch([(b"k", b"v")], attributes=4, compressed_payload=ZstdCodec().compress(section))
+    assert produce(brokkr_broker, t, records, version=version).error_code == code
+
+
+def test_a_codec_whose_plugin_is_disabled_is_unsupported(brokkr_broker_factory):
+    broker = brokkr_broker_factory({"brokkr.plugins.disabled": "brokkr.plugins.codecs.gzip"})
+    t, to_gzip = topic(broker), topic(broker, "to-gzip", compression_type="gzip")
+    sent = produce(broker, t, gzip_batch([(b"k", b"v")]))
+    assert (sent.error_code, sent.error_message) == (
+        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+        "Compression type 1 is not supported",
+    )
+    stored_as = produce(broker, to_gzip, build_batch([(b"k", b"v")]))
+    assert stored_as.error_code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    assert stored_as.error_message == "Compression type 1 of topic to-gzip is not available on this broker"
+
+
+def test_decompression_is_bounded_by_socket_request_max_bytes(brokkr_broker_factory):
+    broker = brokkr_broker_factory({"socket.request.max.bytes": "200000"})
+    t = topic(broker)
+    bomb = gzip_batch([(b"k%d" % i, bytes(100_000)) for i in range(10)])  # 1 MB of zeros, 1 KiB of gzip
+    assert len(bomb) < 5000
+    part = produce(broker, t, bomb)
+    assert part.error_code == ErrorCode.INVALID_RECORD
+    assert part.error_message == "Record batch decompresses to more than 200000 bytes"
+    assert log_end(broker, t) == 0
+
+
+def test_a_rebuilt_batch_must_still_fit_max_message_bytes(brokkr_broker):
+    t = topic(brokkr_broker, compression_type="uncompressed", max_message_bytes=5000)
+    part = produce(brokkr_broker, t, gzip_batch([(b"k", bytes(20_000))]))
+    assert part.error_code == ErrorCode.MESSAGE_TOO_LARGE
+    assert re.fullmatch(
+        r"Message batch size is \d+ bytes in append to partition t-0 which exceeds the maximum configured size of 5000\.",
+        part.error_message,
+    )
+
+
+# -- transactional batches ---------------------------------------------------------------------
+
+
+def test_a_transactional_batch_without_transactional_id_fails_the_whole_request(brokkr_broker):
+    a, b = topic(brokkr_broker, "a"), topic(brokkr_broker, "b")
+    txn = build_batch([(b"k", b"v")], attributes=TRANSACTIONAL_FLAG, producer_id=1, producer_epoch=0, base_sequence=0)
+    body = produce_body(a, txn)
+    body.topic_data.append(produce_body(b, build_batch([(b"k", b"v")])).topic_data[0])
+    with RawClient(brokkr_broker.bootstrap_servers) as c:
+        response = c.request(PRODUCE, 9, body)
+    codes = [p.error_code for t in response.responses for p in t.partition_responses]
+    assert codes == [ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED] * 2
+    assert (log_end(brokkr_broker, a), log_end(brokkr_broker, b)) == (0, 0)
+
+
+class DenyTransactionalIds:
+    @hookimpl
+    def brokkr_authorize(self, actions):
+        return [
+            AuthorizationResult.DENIED
+            if a.resource_type == ResourceType.TRANSACTIONAL_ID
+            else AuthorizationResult.ALLOWED
+            for a in actions
+        ]
+
+
+@pytest.mark.parametrize(
+    "transactional, code", [(False, ErrorCode.NONE), (True, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)]
+)
+def test_the_transactional_id_is_authorized_only_for_transactional_batches(brokkr_broker_factory, transactional, code):
+    broker = brokkr_broker_factory(plugins=[DenyTransactionalIds()])
+    t = topic(broker)
+    attributes = TRANSACTIONAL_FLAG if transactional else 0
+    records = build_batch([(b"k", b"v")], attributes=attributes, producer_id=1, producer_epoch=0, base_sequence=0)
+    body = produce_body(t, records)
+    body.transactional_id = "txn"
+    with RawClient(broker.bootstrap_servers) as c:
+        assert c.request(PRODUCE, 9, body).responses[0].partition_responses[0].error_code == code
+
+
+# -- record errors (KIP-467) -----------------------------------------------------------------
+
+
+def compacted_message(n: int) -> str:
+    return f"RecordError(batchIndex={n}, message='Compacted topic cannot accept message without key in topic partition t-0')"
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["uncompressed", "gzip"])
+def test_compacted_topic_refuses_records_without_key(brokkr_broker, compress):
+    t = topic(brokkr_broker, cleanup_policy="compact")
+    records = [(b"k0", b"v"), (None, b"v"), (b"k2", b"v"), (None, None)]
+    part = produce(brokkr_broker, t, gzip_batch(records) if compress else build_batch(records))
+    message = "Compacted topic cannot accept message without key in topic partition t-0"
+    assert part.error_code == ErrorCode.INVALID_RECORD
+    assert [(e.batch_index, e.batch_index_error_message) for e in part.record_errors] == [(1, message), (3, message)]
+    assert part.error_message == (
+        "One or more records have been rejected due to 2 record errors in total, and only showing the first three "
+        f"errors at most: [{compacted_message(1)}, {compacted_message(3)}]"
+    )
+    assert log_end(brokkr_broker, t) == 0
+    assert produce(brokkr_broker, t, build_batch([(b"k", None)])).error_code == 0  # tombstones have keys
+
+
+def test_before_produce_v8_only_the_error_code_is_answered(brokkr_broker):
+    t = topic(brokkr_broker, cleanup_policy="compact")
+    part = produce(brokkr_broker, t, build_batch([(None, b"v")]), version=7)
+    assert (part.error_code, part.record_errors, part.error_message) == (ErrorCode.INVALID_RECORD, [], None)
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["uncompressed", "gzip"])
+@pytest.mark.parametrize("side", ["after", "before"])
+def test_timestamps_out_of_bounds_are_invalid_timestamp(brokkr_broker, compress, side):
+    t = topic(brokkr_broker, message_timestamp_after_max_ms=HOUR, message_timestamp_before_max_ms=HOUR)
+    now = now_ms()
+    bad = now + 2 * HOUR if side == "after" else now - 2 * HOUR
+    stamps = [now, bad, now + 1000, bad]
+    records = [(b"k%d" % i, b"v") for i in range(4)]
+    batch = gzip_batch(records, timestamps=stamps) if compress else build_batch(records, timestamps=stamps)
+    before = now_ms()
+    part = produce(brokkr_broker, t, batch)
+    after = now_ms()
+    assert part.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert part.error_message == "One or more records have been rejected due to invalid timestamp"
+    assert [e.batch_index for e in part.record_errors] == [1, 3]
+    for error in part.record_errors:
+        match = re.fullmatch(
+            rf"Timestamp {bad} of message with offset {error.batch_index} is out of range\. "
+            r"The timestamp should be within \[(-?\d+), (\d+)\]",
+            error.batch_index_error_message,
+        )
+        assert match, error.batch_index_error_message
+        low, high = int(match[1]), int(match[2])
+        assert before <= low + HOUR == high - HOUR <= after  # [broker now - before.max.ms, now + after.max.ms]
+    assert log_end(brokkr_broker, t) == 0
+    assert produce(brokkr_broker, t, build_batch(records, timestamps=[now] * 4)).error_code == ErrorCode.NONE
+
+
+def test_a_missing_key_is_reported_before_a_bad_timestamp(brokkr_broker):
+    t = topic(brokkr_broker, cleanup_policy="compact", message_timestamp_after_max_ms=HOUR)
+    future = now_ms() + 2 * HOUR
+    part = produce(brokkr_broker, t, build_batch([(None, b"v"), (b"k", b"v")], timestamps=[future, future]))
+    assert part.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert part.record_errors[0].batch_index_error_message.startswith("Compacted topic cannot accept")
+    assert part.record_errors[1].batch_index_error_message.startswith(f"Timestamp {future} of message with offset 1")
+
+
+def test_a_producer_must_not_claim_log_append_time_on_a_log_append_time_topic(brokkr_broker):
+    t = topic(brokkr_broker, message_timestamp_type="LogAppendTime")
+    batch = build_batch([(b"k0", b"v0"), (b"key1", b"")], timestamp=1234, attributes=TIMESTAMP_TYPE_MASK)
+    part = produce(brokkr_broker, t, batch)
+    assert part.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert [(e.batch_index, e.batch_index_error_message) for e in part.record_errors] == [
+        (
+            i,
+            f"Invalid timestamp type in message DefaultRecord(offset={i}, timestamp=1234, key={k} bytes, "
+            f"value={v} bytes). Producer should not set timestamp type to LogAppendTime.",
+        )
+        for i, k, v in ((0, 2, 2), (1, 4, 0))
+    ]
+
+
+def test_a_producers_log_append_time_flag_is_cleared_on_a_create_time_topic(brokkr_broker):
+    t = topic(brokkr_broker)
+    now = now_ms()
+    claimed = build_batch([(b"k", b"v")], timestamp=now, attributes=TIMESTAMP_TYPE_MASK)
+    assert produce(brokkr_broker, t, claimed).error_code == ErrorCode.NONE
+    [header] = iter_batches_untrusted(stored(brokkr_broker, t))
+    assert not header.log_append_time and header.max_timestamp == now
+
+
+# -- conversion --------------------------------------------------------------------------------
+
+
+def records_of(broker, data: bytes):
+    """The header and records of the one batch in ``data``, decompressed with the broker's codecs."""
+    [header] = iter_batches_untrusted(data)
+    section = memoryview(data)[HEADER_SIZE : header.end]
+    if header.codec:
+        section = broker.broker.codecs[header.codec].decompress(section)
+    return header, decode_records(header, section)
+
+
+def test_recompression_keeps_the_producer_fields_timestamps_headers_and_order(brokkr_broker):
+    t = topic(brokkr_broker, compression_type="gzip")
+    now = now_ms()
+    sent = build_batch(RECORDS, timestamps=[now, now - 5, now + 7], producer_id=42, producer_epoch=3, base_sequence=9)
+    assert produce(brokkr_broker, t, sent).error_code == 0
+    header, records = records_of(brokkr_broker, stored(brokkr_broker, t))
+    original = BatchHeader.unpack(sent)
+    assert header.codec == GZIP
+    for field in ("base_timestamp", "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "record_count"):
+        assert getattr(header, field) == getattr(original, field), field
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records] == [
+        (0, now, b"k0", b"v0", (("h", b"x"),)),
+        (1, now - 5, b"k1", None, ()),
+        (2, now + 7, b"k2", b"v2", (("a", None), ("a", b"dup"))),
+    ]
+
+
+def test_a_batch_in_the_topics_codec_is_stored_as_sent(brokkr_broker):
+    t = topic(brokkr_broker, compression_type="gzip")
+    sent = gzip_batch(RECORDS, timestamp=now_ms())
+    assert produce(brokkr_broker, t, sent).error_code == 0
+    got = stored(brokkr_broker, t)
+    assert got[HEADER_SIZE:] == sent[HEADER_SIZE:] and got[16:] == sent[16:]  # all but offset and leader epoch
+
+
+def test_inner_offsets_that_are_not_sequential_are_renumbered(brokkr_broker):
+    t = topic(brokkr_broker)
+    now = now_ms()
+    section = b"".join(encode_record(delta, i, b"k%d" % i, b"v%d" % i) for i, delta in enumerate((0, 5, 9)))
+    sent = build_batch(
+        [(None, None)] * 3, timestamp=now, attributes=GZIP, compressed_payload=GzipCodec().compress(section)
+    )
+    assert produce(brokkr_broker, t, sent).error_code == 0
+    header, records = records_of(brokkr_broker, stored(brokkr_broker, t))
+    assert header.codec == GZIP
+    assert [(r.offset, r.timestamp, r.key) for r in records] == [
+        (0, now, b"k0"),
+        (1, now + 1, b"k1"),
+        (2, now + 2, b"k2"),
+    ]
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["uncompressed", "gzip"])
+def test_log_append_time_restamps_the_header_without_recompressing(brokkr_broker, compress):
+    t = topic(brokkr_broker, message_timestamp_type="LogAppendTime")
+    sent = gzip_batch(RECORDS, timestamp=1000) if compress else build_batch(RECORDS, timestamp=1000)
+    before = now_ms()
+    part = produce(brokkr_broker, t, sent)
+    after = now_ms()
+    assert part.error_code == 0 and before <= part.log_append_time_ms <= after
+    got = stored(brokkr_broker, t)
+    header, records = records_of(brokkr_broker, got)
+    assert header.log_append_time and header.max_timestamp == part.log_append_time_ms
+    assert crc_ok(got, header)
+    assert got[HEADER_SIZE:] == sent[HEADER_SIZE:]  # the records section, compressed or not, as sent
+    assert [r.timestamp for r in records] == [part.log_append_time_ms] * 3
+    with RawClient(brokkr_broker.bootstrap_servers) as c:  # the log's max timestamp is the stored one
+        found = c.request(LIST_OFFSETS, 7, list_offsets_body(t, -3)).topics[0].partitions[0]
+    assert (found.offset, found.timestamp) == (0, part.log_append_time_ms)  # the first record at the max
+
+
+def test_create_time_topics_answer_log_append_time_minus_one(brokkr_broker):
+    part = produce(brokkr_broker, topic(brokkr_broker), build_batch(RECORDS))
+    assert (part.error_code, part.log_append_time_ms) == (0, -1)
+
+
+# -- the fast path ------------------------------------------------------------------------------
+
+
+def forbid_walking_records(monkeypatch):
+    def walked(*args):
+        raise AssertionError("the records were walked")
+
+    monkeypatch.setattr(validation, "scan_records_untrusted", walked)
+
+
+@pytest.mark.parametrize(
+    "configs", [{}, {"message.timestamp.type": "LogAppendTime"}], ids=["CreateTime", "LogAppendTime"]
+)
+def test_uncompressed_batches_are_validated_from_the_header(brokkr_broker, monkeypatch, configs):
+    brokkr_broker.call(brokkr_broker.broker.create_topic, "t", 1, configs)
+    partition = brokkr_broker.broker.topics["t"].partitions[0]
+    forbid_walking_records(monkeypatch)
+    now = now_ms()
+    batch = memoryview(build_batch([(b"k%d" % i, b"v") for i in range(100)], timestamp=now))
+    result = validation.validate_batches(partition, batch, 9, brokkr_broker.broker.codecs, 1 << 20, now + 1)
+    assert result.record_count == 100
+    assert result.max_timestamp == (now + 1 if configs else now)
+
+
+@pytest.mark.parametrize(
+    "configs",
+    [{"cleanup.policy": "compact"}, {"message.timestamp.before.max.ms": str(HOUR)}],
+    ids=["compacted", "before.max.ms"],
+)
+def test_rules_the_header_cannot_settle_walk_the_records(brokkr_broker, monkeypatch, configs):
+    brokkr_broker.call(brokkr_broker.broker.create_topic, "t", 1, configs)
+    partition = brokkr_broker.broker.topics["t"].partitions[0]
+    forbid_walking_records(monkeypatch)
+    batch = memoryview(build_batch([(b"k", b"v")], timestamp=now_ms()))
+    with pytest.raises(AssertionError, match="walked"):
+        validation.validate_batches(partition, batch, 9, brokkr_broker.broker.codecs, 1 << 20, now_ms())
