@@ -9,7 +9,6 @@ import struct
 import time
 import zlib
 
-import attrs
 import crc32c
 import pytest
 from brokkr.core import validation
@@ -55,8 +54,8 @@ def gzip_batch(records, attributes: int = 0, **kwargs) -> bytes:
 
 def rewrite(batch: bytes, **fields) -> bytes:
     """``batch`` with some header fields changed and its CRC made valid again."""
-    header = attrs.evolve(BatchHeader.unpack(batch), **fields)
-    out = bytearray(HEADER.pack(*attrs.astuple(header)[1:]) + batch[HEADER_SIZE:])  # astuple()[0]: position
+    header = BatchHeader.unpack(batch)._replace(**fields)
+    out = bytearray(HEADER.pack(*header[1:]) + batch[HEADER_SIZE:])  # header[0]: position
     struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(out[ATTRIBUTES_OFFSET:]))
     return bytes(out)
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import attrs
 import crc32c
@@ -70,9 +71,9 @@ NO_PRODUCER_ID = -1
 NO_TIMESTAMP = -1
 
 
-@attrs.frozen
-class BatchHeader:
-    """The header of one batch and where it sits in its buffer (one per batch, never per record)."""
+class BatchHeader(NamedTuple):
+    """The header of one batch and where it sits in its buffer (one per batch, never per
+    record). A named tuple: recovery builds one per stored batch, so it must be cheap."""
 
     position: int
     base_offset: int
@@ -173,7 +174,7 @@ def set_max_timestamp(buf: bytearray, header: BatchHeader, max_timestamp: int, l
     _TIMESTAMP.pack_into(buf, header.position + MAX_TIMESTAMP_OFFSET, max_timestamp)
     crc = crc32c.crc32c(memoryview(buf)[header.position + ATTRIBUTES_OFFSET : header.end])
     _CRC.pack_into(buf, header.position + CRC_OFFSET, crc)
-    return attrs.evolve(header, attributes=attributes, max_timestamp=max_timestamp, crc=crc)
+    return header._replace(attributes=attributes, max_timestamp=max_timestamp, crc=crc)
 
 
 # -- records: walking, decoding and building (only where semantics need records) ----

@@ -20,13 +20,14 @@ from pathlib import Path
 from brokkr.core.errors import CorruptRequest
 from brokkr.core.log import TimestampOffset, batch_records
 from brokkr.core.protocol.records import (
+    ATTRIBUTES_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     BatchHeader,
-    crc_ok,
     iter_batches_untrusted,
 )
+from crc32c import crc32c
 
 from .files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
 from .index import INT32_MAX, CorruptIndex, OffsetIndex, TimeIndex
@@ -106,21 +107,24 @@ class LogSegment:
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self.next_offset = self.base_offset
         valid_end = 0
+        limit = self.base_offset + INT32_MAX
+        index_batch = self._index_batch
         try:
             for position, h, buf in self._scan(0):
+                start, size = h.position, LOG_OVERHEAD + h.batch_length
+                last = h.base_offset + h.last_offset_delta
                 if (
-                    not crc_ok(buf, h)
+                    crc32c(buf[start + ATTRIBUTES_OFFSET : start + size]) != h.crc
                     or h.base_offset < self.next_offset
-                    or h.last_offset_delta < 0
-                    or h.base_offset + h.last_offset_delta - self.base_offset > INT32_MAX
+                    or not h.base_offset <= last <= limit
                 ):
                     log.warning("%s: invalid batch at position %d (offset %d)", self.path, position, h.base_offset)
                     break
                 if valid_end == 0:
                     self.rolling_base_ms = h.max_timestamp
-                self._index_batch(position, h.base_offset + h.last_offset_delta, h.max_timestamp, h.size)
-                self.next_offset = h.base_offset + h.last_offset_delta + 1
-                valid_end = position + h.size
+                index_batch(position, last, h.max_timestamp, size)
+                self.next_offset = last + 1
+                valid_end = position + size
         except CorruptRequest as exc:
             log.warning("%s: %s", self.path, exc)
         truncated = self.size - valid_end
@@ -241,7 +245,7 @@ class LogSegment:
         pos = start
         want = chunk
         while end - pos >= LOG_OVERHEAD:
-            buf = os.pread(self.fd, min(want, end - pos), pos)
+            buf = memoryview(os.pread(self.fd, min(want, end - pos), pos))
             consumed = 0
             for h in iter_batches_untrusted(buf):
                 yield pos + h.position, h, buf
