@@ -73,7 +73,10 @@ class SegmentLog:
         self.recovery_point = min(recovery_point, self.log_end_offset) if clean else self.log_end_offset
         self._start = min(max(log_start_offset, self._segments[0].base_offset), self.log_end_offset)
         self._epochs_path = directory / files.LEADER_EPOCH_CHECKPOINT
-        self._epochs = files.read_leader_epochs(self._epochs_path)
+        # Epochs starting past the end are from batches recovery dropped.
+        self._epochs = [
+            (e, start) for e, start in files.read_leader_epochs(self._epochs_path) if start < self.log_end_offset
+        ]
         self._unflushed = 0
         self._last_flush = time.monotonic()
 
@@ -93,17 +96,16 @@ class SegmentLog:
         bases = sorted(int(p.stem) for p in self.dir.glob(f"*{files.LOG_SUFFIX}") if p.stem.isdigit())
         segments = [self._segment(base) for base in bases or [log_start_offset]]
         for i, seg in enumerate(segments):
-            unflushed = i == len(segments) - 1 or segments[i + 1].base_offset > recovery_point
-            if seg.load(recover=unflushed and not clean) and i < len(segments) - 1:
+            unflushed = not clean and (i == len(segments) - 1 or segments[i + 1].base_offset > recovery_point)
+            truncated = seg.load(recover=unflushed)
+            if unflushed:
+                seg.sync()  # what recovery validated is durable before the recovery point moves past it
+            if truncated and i < len(segments) - 1:
                 for later in segments[i + 1 :]:
                     log.warning("deleting segment %s after the truncated one", later.path)
                     later.delete()
                 del segments[i + 1 :]
                 break
-        if not clean:
-            for seg in segments:
-                if seg.base_offset >= recovery_point or seg is segments[-1]:
-                    seg.sync()
         return segments
 
     def _segment(self, base_offset: int) -> LogSegment:
