@@ -45,9 +45,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_broker(port: int, data_dir: str, stderr) -> subprocess.Popen:
+def start_broker(port: int, data_dir: str, stderr, overrides: dict[str, str] | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "brokkr.core.cli", "--log-level", "WARNING", "serve"]
     cmd += ["--override", f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={data_dir}"]
+    for key, value in (overrides or {}).items():
+        cmd += ["--override", f"{key}={value}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:

@@ -28,11 +28,13 @@ from .config import BROKER_CONFIGS, BrokerConfig
 from .context import RequestContext
 from .delayed import Purgatory
 from .errors import BrokkrError, ConfigError, ErrorCode
+from .listeners import configured_listeners
 from .log import AppendInfo, OffsetOutOfRange, Storage, StoredTopic
 from .partition import Partition, Topic, validate_topic_name
 from .plugins import create_plugin_manager
+from .producer_ids import ProducerIdManager
 from .retention import retention_offset
-from .server import Listener, Server, parse_listeners
+from .server import Listener, Server
 from .validation import ValidatedRecords
 
 log = logging.getLogger("brokkr")
@@ -56,12 +58,13 @@ class Broker:
         self.config = BrokerConfig(raw, defs)
         self.node_id: int = self.config["node.id"]
         self.cluster_id = str(uuid.uuid4()).replace("-", "")[:22]
-        self.listeners: list[Listener] = parse_listeners(self.config["listeners"])
+        self.listeners: list[Listener] = configured_listeners(self.config)  # bad listener settings fail here
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
         self.purgatory = Purgatory()
         self.codecs: dict[int, Any] = {}
         self.storage: Storage | None = None
+        self.producer_ids: ProducerIdManager | None = None
         self._server: Server | None = None
         self._stopped: asyncio.Event | None = None
         self._maintenance: asyncio.Task | None = None
@@ -78,11 +81,16 @@ class Broker:
 
     async def start(self) -> None:
         self.storage = self.open_storage()
-        for stored in self.storage.load_topics():
-            self._open_topic(stored)
-        self._stopped = asyncio.Event()
-        self._server = Server(self)
-        self.listeners = await self._server.start(self.listeners)
+        try:
+            for stored in self.storage.load_topics():
+                self._open_topic(stored)
+            self.producer_ids = ProducerIdManager(self.storage, self._first_unused_producer_id())
+            self._stopped = asyncio.Event()
+            self._server = Server(self)
+            self.listeners = await self._server.start(self.listeners)
+        except BaseException:  # e.g. a TLS setting that does not load: leave the logs closed cleanly
+            self._close_storage()
+            raise
         self._maintenance = asyncio.create_task(self._maintain(), name="brokkr-log-maintenance")
         log.info("brokkr node %s listening on %s", self.node_id, self.bootstrap_servers)
         self.hook.brokkr_broker_started(broker=self)
@@ -97,14 +105,17 @@ class Broker:
         self._maintenance.cancel()
         self.purgatory.expire_all()
         await server.close_connections()
-        for topic in self.topics.values():
-            for p in topic.partitions:
-                p.log.close()
-        assert self.storage is not None
-        self.storage.close()
+        self._close_storage()
         assert self._stopped is not None
         self._stopped.set()
         log.info("brokkr node %s stopped", self.node_id)
+
+    def _close_storage(self) -> None:
+        for topic in self.topics.values():
+            for p in topic.partitions:
+                p.close()
+        assert self.storage is not None
+        self.storage.close()
 
     async def wait_stopped(self) -> None:
         assert self._stopped is not None
@@ -154,6 +165,13 @@ class Broker:
         self.topics[topic.name] = topic
         self.topics_by_id[topic.topic_id] = topic
         return topic
+
+    def _first_unused_producer_id(self) -> int:
+        """One past the largest producer id any partition holds state for: a floor for new
+        ids, so that ids written before the producer id block was (e.g. by the Kafka broker
+        whose partition directories were adopted) are never handed out again."""
+        held = (pid for t in self.topics.values() for p in t.partitions for pid in p.producers.producers)
+        return max(held, default=-1) + 1
 
     def _save_catalog(self) -> None:
         assert self.storage is not None
@@ -210,8 +228,12 @@ class Broker:
         return max((int(r) for r in results if r), default=0)
 
     def append(self, partition: Partition, validated: ValidatedRecords) -> AppendInfo:
-        """Append validated records as leader, fire the observers, advance the high watermark."""
+        """Append validated records as leader, fire the observers, advance the high
+        watermark. A producer's retry of a batch already in the log changes nothing: its
+        original offsets are returned and no observer is called."""
         info = partition.append(validated)
+        if info.duplicate:
+            return info
         self.hook.brokkr_after_log_append(partition=partition, info=info, broker=self)
         if info.rolled is not None:
             self.hook.brokkr_segment_rolled(partition=partition, segment=info.rolled, broker=self)

@@ -10,6 +10,7 @@ import sys
 
 from .config import parse_overrides, read_properties
 from .errors import BrokkrError, ConfigError
+from .scram import DEFAULT_ITERATIONS, ScramCredential, ScramMechanism, check_iterations, scram_credentials
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -34,6 +35,70 @@ def _dump_log(args: argparse.Namespace) -> int:
         return 1
 
 
+def _scram(args: argparse.Namespace) -> int:
+    """Add, remove or list SCRAM users in a stopped broker's storage, as ``kafka-storage
+    format --add-scram`` does for Kafka: the storage is opened as the broker opens it, and
+    the broker reads the credentials at its next start."""
+    from .broker import Broker
+
+    values: dict[str, str] = {}
+    if args.config:
+        values.update(read_properties(args.config))
+    values.update(parse_overrides(args.override or []))
+    values.update({"listeners": "", "advertised.listeners": ""})  # open the storage, listen nowhere
+    mechanisms = [ScramMechanism.from_name(name) for name in getattr(args, "mechanism", None) or ()]
+    if args.action == "add":
+        mechanisms = mechanisms or [ScramMechanism.SCRAM_SHA_256]
+        problem = check_iterations(args.iterations)
+        if problem:
+            raise ConfigError(f"--iterations {args.iterations}: {problem} (4096 to 16384)")
+        password = args.password if args.password is not None else _read_password(args.user)
+        if not password:
+            raise ConfigError("the password must not be empty")
+    if args.log_level.upper() == "INFO":  # the broker's start and stop are not news here
+        logging.getLogger("brokkr").setLevel(logging.WARNING)
+
+    async def run() -> int:
+        async with Broker(values) as broker:
+            assert broker.storage is not None
+            if not broker.storage.durable:
+                raise ConfigError(
+                    f"brokkr.storage={broker.config['brokkr.storage']} keeps nothing across restarts; "
+                    "add SCRAM users to a running broker with AlterUserScramCredentials instead"
+                )
+            store = scram_credentials(broker)
+            if args.action == "add":
+                for mechanism in mechanisms:
+                    credential = ScramCredential.from_password(mechanism, password, args.iterations)
+                    store.put(args.user, mechanism, credential)
+                store.save()
+                names = ", ".join(m.mechanism_name for m in mechanisms)
+                print(f"Added {names} credentials for user '{args.user}' ({args.iterations} iterations)")
+            elif args.action == "remove":
+                removed = [m for m in mechanisms or list(ScramMechanism) if store.remove(args.user, m)]
+                if not removed:
+                    print(f"brokkr: user '{args.user}' has no such SCRAM credentials", file=sys.stderr)
+                    return 1
+                store.save()
+                print(f"Removed {', '.join(m.mechanism_name for m in removed)} credentials of user '{args.user}'")
+            else:
+                for user in store.users():
+                    creds = sorted(store.of(user).items(), key=lambda i: i[0].type_id)
+                    described = ", ".join(f"{m.mechanism_name}=iterations={c.iterations}" for m, c in creds)
+                    print(f"SCRAM credential configs for user-principal '{user}' are {described}")
+        return 0
+
+    return asyncio.run(run())
+
+
+def _read_password(user: str) -> str:
+    if sys.stdin.isatty():
+        import getpass
+
+        return getpass.getpass(f"Password for user '{user}': ")
+    return sys.stdin.readline().rstrip("\r\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="brokkr", description="A Kafka-compatible broker, every stage a plugin.")
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
@@ -49,6 +114,31 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("--no-print-data", dest="print_data", action="store_false", help="batches only, not records")
     dump.add_argument("--index-sanity-check", action="store_true", help="accepted for familiarity; always done")
     dump.set_defaults(func=_dump_log)
+    scram = sub.add_parser(
+        "scram", help="add, remove or list SCRAM users in a stopped broker's log.dirs (kafka-storage --add-scram)"
+    )
+    scram_actions = scram.add_subparsers(dest="action", required=True)
+    mechanism_names = [m.mechanism_name for m in ScramMechanism]
+    for action, text in (
+        ("add", "add or replace a user's credentials (salted: the password itself is not kept)"),
+        ("remove", "remove a user's credentials (all mechanisms unless --mechanism)"),
+        ("list", "list users, their mechanisms and iteration counts"),
+    ):
+        p = scram_actions.add_parser(action, help=text)
+        if action != "list":
+            p.add_argument("user", help="the user name (the principal is User:<name>)")
+            p.add_argument(
+                "--mechanism",
+                action="append",
+                choices=mechanism_names,
+                help="repeatable; add defaults to SCRAM-SHA-256",
+            )
+        if action == "add":
+            p.add_argument("--password", help="the password (default: asked for, or read from standard input)")
+            p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="4096 to 16384 (default 4096)")
+        p.add_argument("config", nargs="?", help="the broker's server.properties (for log.dirs)")
+        p.add_argument("--override", action="append", metavar="KEY=VALUE", help="set one setting; repeatable")
+    scram.set_defaults(func=_scram)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

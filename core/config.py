@@ -8,7 +8,13 @@ Sources, later ones winning: the embedded defaults below (plus every plugin's
 
 The embedded defaults differ from Kafka's in two places, on purpose, so that ``brokkr
 serve`` alone gives a usable local broker: ``listeners`` is ``PLAINTEXT://127.0.0.1:9092``
-and ``log.dirs`` is ``./data``.
+and ``log.dirs`` is ``./data``. Security settings differ where brokkr cannot do what
+Kafka's default does: ``sasl.enabled.mechanisms`` is ``PLAIN`` (not GSSAPI), and
+``ssl.keystore.type``/``ssl.truststore.type`` are ``PEM`` (not JKS).
+
+Settings may be given for one listener as ``listener.name.<listener>.<setting>`` (and SASL
+settings for one mechanism too, ``listener.name.<listener>.<mechanism>.<setting>``), as in
+Kafka; :func:`listener_value` reads the most specific.
 """
 
 from __future__ import annotations
@@ -113,6 +119,8 @@ def one_of(*choices: str) -> Callable[[Any], None]:
 
 
 B, S, I, L, LST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.LIST
+P = ConfigType.PASSWORD
+TLS_PROTOCOLS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 BROKER_CONFIGS: tuple[ConfigDef, ...] = (
@@ -120,6 +128,61 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
         "listeners", LST, ["PLAINTEXT://127.0.0.1:9092"], "Listener URIs, name://host:port; port 0 picks a free port."
     ),
     ConfigDef("advertised.listeners", LST, None, "Listeners given to clients in Metadata; defaults to listeners."),
+    ConfigDef(
+        "listener.security.protocol.map",
+        LST,
+        ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
+        "Security protocol of each listener name, NAME:PROTOCOL (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).",
+    ),
+    # Security: each may be set for one listener as listener.name.<listener>.<setting>.
+    ConfigDef(
+        "sasl.enabled.mechanisms",
+        LST,
+        ["PLAIN"],
+        "SASL mechanisms offered on SASL listeners (Kafka's default, GSSAPI, is not available in brokkr).",
+    ),
+    ConfigDef(
+        "sasl.server.max.receive.size", I, 524288, "Largest frame read before authentication.", validator=at_least(1)
+    ),
+    ConfigDef(
+        "connections.max.reauth.ms",
+        L,
+        0,
+        "SASL session lifetime (KIP-368): clients must re-authenticate within it; 0 disables it.",
+        validator=at_least(0),
+    ),
+    ConfigDef(
+        "connection.failed.authentication.delay.ms",
+        I,
+        100,
+        "How long a failed authentication waits before its answer and the close.",
+        validator=at_least(0),
+    ),
+    ConfigDef("ssl.keystore.type", S, "PEM", "PEM, or PKCS12 (needs the cryptography package); JKS is not read."),
+    ConfigDef("ssl.keystore.location", S, None, "PEM file with the private key and the certificate chain."),
+    ConfigDef("ssl.keystore.password", P, None, "Password of a PKCS12 keystore.", sensitive=True),
+    ConfigDef("ssl.keystore.certificate.chain", P, None, "Certificate chain in PEM, inline.", sensitive=True),
+    ConfigDef("ssl.keystore.key", P, None, "Private key in PEM, inline.", sensitive=True),
+    ConfigDef("ssl.key.password", P, None, "Password of an encrypted private key.", sensitive=True),
+    ConfigDef("ssl.truststore.type", S, "PEM", "PEM, or PKCS12 (needs the cryptography package); JKS is not read."),
+    ConfigDef("ssl.truststore.location", S, None, "CA certificates that sign client certificates, in PEM."),
+    ConfigDef("ssl.truststore.password", P, None, "Password of a PKCS12 truststore.", sensitive=True),
+    ConfigDef("ssl.truststore.certificates", P, None, "CA certificates in PEM, inline.", sensitive=True),
+    ConfigDef(
+        "ssl.client.auth",
+        S,
+        "none",
+        "Client certificates: none, requested or required.",
+        validator=one_of("none", "requested", "required"),
+    ),
+    ConfigDef(
+        "ssl.enabled.protocols",
+        LST,
+        ["TLSv1.2", "TLSv1.3"],
+        "TLS versions accepted.",
+        validator=one_of(*TLS_PROTOCOLS),
+    ),
+    ConfigDef("ssl.cipher.suites", LST, [], "TLS 1.2 cipher suites, OpenSSL names; empty: OpenSSL's defaults."),
     ConfigDef("node.id", I, 0, "This broker's id.", validator=at_least(0)),
     ConfigDef("log.dirs", LST, ["./data"], "Directories holding the partition logs."),
     ConfigDef("auto.create.topics.enable", B, True, "Create a topic when Metadata names an unknown one."),
@@ -162,6 +225,7 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("log.message.timestamp.after.max.ms", L, 3600000, "Allowed lead of a record's timestamp."),
     ConfigDef("compression.type", S, "producer", "Codec for stored batches.", validator=one_of(*COMPRESSION_TYPES)),
     ConfigDef("min.insync.replicas", I, 1, "Replicas that must acknowledge an acks=-1 write.", validator=at_least(1)),
+    ConfigDef("transaction.max.timeout.ms", I, 900000, "Largest transaction timeout allowed.", validator=at_least(1)),
     ConfigDef("brokkr.storage", S, "segment", "Which storage plugin keeps the logs: segment (Kafka's files), memory."),
     ConfigDef("brokkr.plugins.disabled", LST, [], "Names of plugins not to load (built-in or entry point)."),
 )
@@ -263,6 +327,37 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
     return out
 
 
+LISTENER_PREFIX = "listener.name."
+#: A JAAS configuration; Kafka's brokers read it only per listener and mechanism:
+#: listener.name.<listener>.<mechanism>.sasl.jaas.config.
+SASL_JAAS_CONFIG = ConfigDef("sasl.jaas.config", P, None, "JAAS login module options.", sensitive=True)
+
+
+def listener_override_def(key: str, defs: Mapping[str, ConfigDef]) -> ConfigDef | None:
+    """The definition of a per-listener setting: ``listener.name.<listener>.<setting>``, or
+    ``listener.name.<listener>.<mechanism>.<setting>`` for SASL settings and
+    ``connections.max.reauth.ms`` (Kafka's listener and mechanism prefixes)."""
+    if not key.startswith(LISTENER_PREFIX):
+        return None
+    _, _, setting = key[len(LISTENER_PREFIX) :].partition(".")
+    d = defs.get(setting)
+    if d is None:
+        _, _, setting = setting.partition(".")
+        if setting.startswith("sasl.") or setting == "connections.max.reauth.ms":
+            d = SASL_JAAS_CONFIG if setting == SASL_JAAS_CONFIG.name else defs.get(setting)
+    return None if d is None else attrs.evolve(d, name=key)
+
+
+def listener_value(config: Mapping[str, Any], listener: str, name: str, mechanism: str | None = None) -> Any:
+    """Setting ``name`` for one listener (and SASL mechanism): the most specific of
+    ``listener.name.<listener>.<mechanism>.<name>``, ``listener.name.<listener>.<name>`` and
+    ``name``, with the listener and mechanism names in lower case, as Kafka spells them."""
+    prefix = f"{LISTENER_PREFIX}{listener.lower()}."
+    if mechanism is not None and f"{prefix}{mechanism.lower()}.{name}" in config:
+        return config[f"{prefix}{mechanism.lower()}.{name}"]
+    return config.get(prefix + name, config.get(name))
+
+
 class BrokerConfig(Mapping[str, Any]):
     """The broker's resolved settings: a read-only mapping of Kafka names to typed values."""
 
@@ -270,7 +365,7 @@ class BrokerConfig(Mapping[str, Any]):
         self.defs: dict[str, ConfigDef] = {d.name: d for d in (*BROKER_CONFIGS, *defs)}
         self.explicit: dict[str, Any] = {}
         for key, raw in (values or {}).items():
-            d = self.defs.get(key)
+            d = self.defs.get(key) or listener_override_def(key, self.defs)
             if d is None:
                 log.warning("The configuration %s was supplied but isn't a known config.", key)
                 self.explicit[key] = raw

@@ -28,6 +28,9 @@ class ConnectionInfo:
     security_protocol: str
     client_host: str
     client_port: int
+    #: The client's certificate on an SSL or SASL_SSL listener, once verified against the
+    #: truststore (as :meth:`ssl.SSLSocket.getpeercert` returns it); None when it sent none.
+    peer_certificate: dict | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen

@@ -3,20 +3,28 @@
 Steps: parse the header; close the connection on an API Kafka does not define or
 brokkr does not serve (as Kafka does); answer an unsupported version with
 UNSUPPORTED_VERSION; decode the body through ``brokkr_decode_request``; run the API's
-handler; encode the response. A handler that fails answers UNKNOWN_SERVER_ERROR (or the
-code of the BrokkrError it raised) for the whole request, and the broker carries on.
+handler; record its time against the request quota; encode the response. A handler
+that fails answers UNKNOWN_SERVER_ERROR (or the code of the BrokkrError it raised) for
+the whole request, and the broker carries on.
+
+The response carries the largest throttle time of the request's quotas (byte rates set by
+the handler, request time here), and the caller mutes the connection for that long once
+the response is sent (KIP-219).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from .apis import APIS
 from .apis.api_versions import unsupported_version_response
+from .apis.common import NoResponse
 from .context import ConnectionInfo, Principal, RequestContext
 from .errors import BrokkrError, CloseConnection, CorruptRequest, ErrorCode, UnknownApi
 from .protocol.frames import API_VERSIONS_KEY, encode_response, parse_request_header_untrusted, request_spec
+from .quotas import BusyTime
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -25,6 +33,18 @@ log = logging.getLogger("brokkr.requests")
 
 
 async def handle_frame(broker: Broker, conn: ConnectionInfo, principal: Principal, frame: bytes) -> bytes | None:
+    """The response frame to one request frame, or None for no response (its throttle time
+    dropped: for requests whose connection is never muted)."""
+    response, _ = await handle_frame_with_throttle(broker, conn, principal, frame)
+    return response
+
+
+async def handle_frame_with_throttle(
+    broker: Broker, conn: ConnectionInfo, principal: Principal, frame: bytes
+) -> tuple[bytes | None, int]:
+    """The response frame (None: no response) and for how many milliseconds the connection
+    must then not be read (its throttle time, KIP-219)."""
+    start = time.perf_counter()
     header, body = parse_request_header_untrusted(frame)
     api = APIS.get(header.api_key)
     if api is None:
@@ -32,19 +52,21 @@ async def handle_frame(broker: Broker, conn: ConnectionInfo, principal: Principa
     version = header.api_version
     if not api.min_version <= version <= api.max_version:
         if header.api_key == API_VERSIONS_KEY:
-            return encode_response(API_VERSIONS_KEY, 0, header.correlation_id, unsupported_version_response())
+            return encode_response(API_VERSIONS_KEY, 0, header.correlation_id, unsupported_version_response()), 0
         # Answer in the nearest served version, if the body parses in it; else close.
         nearest = min(max(version, api.min_version), api.max_version)
         request = request_spec(header.api_key).decode(nearest, body)
         log.info("%s v%d is not supported; answering UNSUPPORTED_VERSION as v%d", header.api_name, version, nearest)
         body_out = api.error_response(request, ErrorCode.UNSUPPORTED_VERSION)
-        return encode_response(header.api_key, nearest, header.correlation_id, body_out)
+        return encode_response(header.api_key, nearest, header.correlation_id, body_out), 0
 
     # Trailing bytes after the body are ignored, as Kafka ignores them (librdkafka sends some).
     request = broker.hook.brokkr_decode_request(header=header, body=body, broker=broker)
     ctx = RequestContext(conn, principal, header.api_key, version, header.client_id, header.correlation_id)
+    busy = BusyTime()
+    busy.seconds = time.perf_counter() - start
     try:
-        response = await api.handle(broker, ctx, request)
+        response = await busy.run(api.handle(broker, ctx, request))
     except (CloseConnection, CorruptRequest):
         raise
     except BrokkrError as exc:
@@ -53,6 +75,9 @@ async def handle_frame(broker: Broker, conn: ConnectionInfo, principal: Principa
     except Exception:
         log.exception("%s from %s failed", header.api_name, conn.connection_id)
         response = api.error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR)
-    if response is None:
-        return None
-    return encode_response(header.api_key, version, header.correlation_id, response)
+    if response is None or isinstance(response, NoResponse):  # acks=0: exempt from the request quota, as in Kafka
+        return None, response.throttle_time_ms if response is not None else 0
+    throttle = max(getattr(response, "throttle_time_ms", 0), broker.throttle_ms(ctx, "request", busy.seconds * 1000))
+    if throttle and hasattr(response, "throttle_time_ms"):
+        response.throttle_time_ms = throttle
+    return encode_response(header.api_key, version, header.correlation_id, response), throttle

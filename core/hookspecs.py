@@ -12,6 +12,8 @@ request (compare ``pytest_runtest_protocol``)::
     brokkr_authorize                         once, with a WRITE action per topic
     for each authorized partition:
         brokkr_validate_records              once per partition batch
+        (producer state check)               a retried batch ends here: its original
+                                             offsets are answered, no hook below runs
         PartitionLog.append                  (a log of the brokkr_open_storage storage)
         brokkr_after_log_append              once per partition batch
         brokkr_high_watermark_advanced       when the high watermark moves
@@ -20,10 +22,16 @@ request (compare ``pytest_runtest_protocol``)::
     if acks == -1:
         brokkr_produce_complete              per waiting partition, per check, until
                                              all agree or timeout_ms expires
+    brokkr_quota_throttle_ms                 once more, with the time the broker spent on
+                                             the request (every API; not for acks=0)
 
-``brokkr_authenticate`` runs once per connection, before its first request.
-Start-up hooks (``brokkr_config_definitions``, ``brokkr_codecs``, ``brokkr_open_storage``)
-run once per broker.
+``brokkr_authenticate`` runs once per PLAINTEXT or SSL connection, before its first
+request; a SASL connection's principal comes from its exchange with one of the
+``brokkr_sasl_mechanisms``. A response with a throttle time (the largest
+``brokkr_quota_throttle_ms`` result) is sent at once and its connection is then not read
+for that long (KIP-219).
+Start-up hooks (``brokkr_config_definitions``, ``brokkr_codecs``, ``brokkr_open_storage``,
+``brokkr_sasl_mechanisms``) run once per broker start.
 
 Rule for every hook: never called once per record. Implementations that pick an
 implementation (codecs, storage) return objects the core keeps and calls directly.
@@ -36,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from .authorization import Action, AuthorizationResult
+    from .authorization import AclStore, Action, AuthorizationResult
     from .broker import Broker
     from .config import ConfigDef
     from .context import ConnectionInfo, Principal, RequestContext
@@ -44,6 +52,8 @@ if TYPE_CHECKING:
     from .partition import Partition
     from .protocol.frames import RequestHeader
     from .protocol.primitives import Reader
+    from .quotas import ClientQuotaStore
+    from .sasl import SaslMechanism
     from .validation import Codec, ValidatedRecords
 
 hookspec = pluggy.HookspecMarker("brokkr")
@@ -122,17 +132,48 @@ def brokkr_decode_request(header: RequestHeader, body: Reader, broker: Broker) -
 
 @hookspec(firstresult=True)
 def brokkr_authenticate(connection: ConnectionInfo, broker: Broker) -> Principal | None:
-    """Give a new connection its principal.
+    """Give a new PLAINTEXT or SSL connection its principal (Kafka's ``KafkaPrincipalBuilder``).
 
-    Called once per accepted connection, before its first request is read. The
-    built-in implementation (trylast) returns ``User:ANONYMOUS`` for PLAINTEXT
-    listeners, as Kafka does.
+    Called once per accepted connection on a PLAINTEXT or SSL listener, after the TLS
+    handshake and before its first request is read. Connections on SASL listeners are
+    not passed here: their principal is ``User:<authorization id>`` of the SASL exchange
+    (see ``brokkr_sasl_mechanisms``). The built-in implementations (trylast) return
+    ``User:ANONYMOUS`` on PLAINTEXT listeners and, on SSL listeners, ``User:`` and the
+    client certificate's distinguished name (``User:CN=alice,O=example``), or
+    ``User:ANONYMOUS`` without a client certificate, as Kafka's default builder does.
+    A connection no plugin authenticates is closed.
 
     Stops at first non-None result.
 
-    :param connection: The listener, security protocol and client address.
+    :param connection: The listener, security protocol and client address, and on SSL
+        listeners the verified client certificate (``peer_certificate``).
     :param broker: The broker.
     :return: A :class:`brokkr.core.context.Principal`, or ``None`` to defer.
+    """
+
+
+@hookspec
+def brokkr_sasl_mechanisms(broker: Broker) -> list[SaslMechanism]:
+    """Provide SASL mechanisms for the listeners whose ``sasl.enabled.mechanisms`` name them.
+
+    Called once per broker start, after the storage is open and before the broker
+    listens, whatever its listeners. When two plugins provide a mechanism of the same
+    name, the one registered last wins, so a plugin can replace a built-in mechanism.
+    The built-in plugins provide ``PLAIN`` (``brokkr.plugins.auth.sasl_plain``, users
+    from ``listener.name.<listener>.plain.sasl.jaas.config``) and ``SCRAM-SHA-256`` and
+    ``SCRAM-SHA-512`` (``brokkr.plugins.auth.scram``, credentials kept in the storage).
+    A listener enabling a mechanism that no plugin provides stops the broker from
+    starting.
+
+    Each mechanism's ``server(connection)`` is then called once per connection that picks
+    it in SaslHandshake, and the returned exchange's ``step(token)`` once per
+    SaslAuthenticate, on the event loop: keep it short. A step that raises
+    :class:`brokkr.core.sasl.SaslAuthenticationException` (message shown to the client)
+    or :class:`brokkr.core.sasl.SaslException` (message logged; the client reads Kafka's
+    generic one) fails the authentication with SASL_AUTHENTICATION_FAILED.
+
+    :param broker: The broker (``broker.config`` holds the per-listener settings).
+    :return: A list of objects satisfying :class:`brokkr.core.sasl.SaslMechanism`.
     """
 
 
@@ -157,6 +198,23 @@ def brokkr_authorize(
     """
 
 
+@hookspec(firstresult=True)
+def brokkr_acl_store(broker: Broker) -> AclStore | None:
+    """The ACLs that CreateAcls, DescribeAcls and DeleteAcls manage.
+
+    Called once per such request, after the request passed its own authorization (ALTER
+    or DESCRIBE on the cluster) and validation. The built-in ACL authorizer
+    (``authorizer.class.name=acl``) returns its store; with no answer the requests fail
+    with SECURITY_DISABLED ("No Authorizer is configured."), as in Kafka. An authorizer
+    that keeps no ACLs does not implement this hook.
+
+    Stops at first non-None result.
+
+    :param broker: The broker.
+    :return: An object satisfying :class:`brokkr.core.authorization.AclStore`, or ``None``.
+    """
+
+
 # -------------------------------------------------------------------------
 # Quotas
 # -------------------------------------------------------------------------
@@ -168,15 +226,33 @@ def brokkr_quota_throttle_ms(context: RequestContext, quota_type: str, amount: f
 
     Called once per request of the kind the quota covers, after it has been handled:
     ``quota_type`` is ``"produce"`` (amount: bytes appended), ``"fetch"`` (amount:
-    bytes returned) or ``"request"`` (amount: handler time in milliseconds).
+    bytes returned) or ``"request"`` (amount: milliseconds the broker spent on the request,
+    waits excluded; called for every request).
 
-    All results are used: the largest becomes the response's ``throttle_time_ms``.
+    All results are used: the largest becomes the response's ``throttle_time_ms``, and the
+    connection is not read for that long after the response is sent (KIP-219).
 
     :param context: The request's principal, client id and listener.
     :param quota_type: Which quota the amount counts against.
     :param amount: The usage to record.
     :param broker: The broker.
     :return: Throttle time in milliseconds (0 or ``None`` for none).
+    """
+
+
+@hookspec(firstresult=True)
+def brokkr_client_quota_store(broker: Broker) -> ClientQuotaStore | None:
+    """The client quota settings that AlterClientQuotas and DescribeClientQuotas manage.
+
+    Called once per such request, after the request was authorized (ALTER_CONFIGS or
+    DESCRIBE_CONFIGS on the cluster) and its entities and keys validated. The built-in
+    quota plugin (Kafka's ``ClientQuotaManager``) returns its store, whose settings it
+    enforces through ``brokkr_quota_throttle_ms``.
+
+    Stops at first non-None result.
+
+    :param broker: The broker.
+    :return: An object satisfying :class:`brokkr.core.quotas.ClientQuotaStore`, or ``None``.
     """
 
 
@@ -283,7 +359,9 @@ def brokkr_after_log_append(partition: Partition, info: AppendInfo, broker: Brok
     """A batch was appended to a partition's log.
 
     Called once per appended partition batch, on the event loop, before the response
-    is sent. Keep it cheap: it is on the produce path.
+    is sent. Keep it cheap: it is on the produce path. Not called for an idempotent
+    producer's retry of a batch already in the log, which is answered with the original
+    offsets and not appended again.
 
     :param partition: The partition written.
     :param info: First and last offset, record count, max timestamp and size.

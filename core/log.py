@@ -42,7 +42,11 @@ class SegmentInfo:
 
 @attrs.frozen
 class AppendInfo:
-    """What one append stored (one per partition batch)."""
+    """What one append stored (one per partition batch).
+
+    ``duplicate`` marks a producer's retry of a batch already in the log
+    (:mod:`brokkr.core.producer_state`): nothing was stored, and the offsets and max
+    timestamp are those of the original batch."""
 
     first_offset: int
     last_offset: int
@@ -50,6 +54,7 @@ class AppendInfo:
     max_timestamp: int
     size: int
     rolled: SegmentInfo | None = None
+    duplicate: bool = False
 
 
 @attrs.frozen
@@ -121,13 +126,24 @@ class PartitionLog(Protocol):
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset``, which must fall on a batch
-        boundary; the log end offset becomes ``offset``."""
+        boundary; the log end offset becomes ``offset``. Producer snapshots above it go too."""
+
+    def write_producer_snapshot(self, offset: int, data: bytes) -> None:
+        """Keep ``data``, the partition's producer state as of ``offset`` (the log end
+        offset when the core writes it; Kafka's ``.snapshot`` bytes, encoded and decoded by
+        :mod:`brokkr.core.producer_state`). Written atomically, replacing one at the same
+        offset; a log keeps at least the two newest, so that one is left after a
+        truncation below the newest."""
+
+    def latest_producer_snapshot(self) -> tuple[int, bytes] | None:
+        """The newest producer snapshot at or below the log end offset, as ``(offset,
+        data)``, or None."""
 
     def close(self) -> None:
         """Flush and release resources; data stays."""
 
     def delete(self) -> None:
-        """Remove the partition's data (its topic was deleted)."""
+        """Remove the partition's data, producer snapshots included (its topic was deleted)."""
 
 
 @runtime_checkable
@@ -145,6 +161,15 @@ class Storage(Protocol):
 
     def open_log(self, topic: StoredTopic, partition: int, config: TopicConfig) -> PartitionLog:
         """Open (creating if needed) the log of one partition."""
+
+    def read_state(self, name: str) -> str | None:
+        """A small broker-level metadata document written by :meth:`write_state` (e.g.
+        ``producer-ids``, the next block of producer ids), or None if there is none."""
+
+    def write_state(self, name: str, text: str) -> None:
+        """Keep the document ``name`` (lowercase letters and dashes) durably, if the
+        storage is durable, and atomically: after a crash :meth:`read_state` returns the
+        old text or the new one, never a mix."""
 
     def checkpoint(self) -> None:
         """Persist what makes the next start fast (recovery points, log start offsets).

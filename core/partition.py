@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from typing import TYPE_CHECKING
@@ -9,10 +10,13 @@ from typing import TYPE_CHECKING
 from .config import TopicConfig
 from .errors import BrokkrError, ErrorCode
 from .log import AppendInfo, PartitionLog
+from .producer_state import rebuild_producer_state
 from .protocol.records import patch_batch
 
 if TYPE_CHECKING:
     from .validation import ValidatedRecords
+
+logger = logging.getLogger("brokkr")
 
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -37,7 +41,10 @@ def validate_topic_name(name: str) -> None:
 
 
 class Partition:
-    """One partition led by this broker. With one replica the high watermark is the log end."""
+    """One partition led by this broker. With one replica the high watermark is the log end.
+
+    ``producers`` is its producer state (:mod:`brokkr.core.producer_state`), rebuilt from
+    the log's latest producer snapshot when the partition is opened."""
 
     def __init__(self, topic: Topic, index: int, log: PartitionLog):
         self.topic = topic
@@ -46,6 +53,7 @@ class Partition:
         self.leader_epoch = 0
         self.high_watermark = log.log_end_offset
         self.bytes_appended = 0  # monotonic, lets delayed fetches count new bytes cheaply
+        self.producers = rebuild_producer_state(self.name, log)
 
     @property
     def name(self) -> str:
@@ -56,14 +64,51 @@ class Partition:
         return self.topic.config
 
     def append(self, validated: ValidatedRecords) -> AppendInfo:
-        """Assign offsets by patching each batch header in place, then append."""
+        """Check each batch against its producer's state, assign offsets by patching each
+        batch header in place, append, then remember the producers' batches.
+
+        A producer's retry of a batch already in the log is not appended: the result is
+        the original batch's offsets, marked ``duplicate`` (Kafka's ``UnifiedLog.append``).
+        Each batch is checked against the state before this append; Produce v3+ carries
+        one batch per partition. Raises RecordsError for a fenced epoch or a sequence out
+        of order."""
         first = offset = self.log.log_end_offset
+        assigned = []
         for h in validated.batches:
+            duplicate = self.producers.check_and_find_duplicate(h, offset)
+            if duplicate is not None:
+                return AppendInfo(
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    duplicate.offset_delta + 1,
+                    duplicate.timestamp,
+                    0,
+                    duplicate=True,
+                )
             patch_batch(validated.records, h.position, offset, self.leader_epoch)
+            assigned.append(offset)
             offset += h.last_offset_delta + 1
         info = self.log.append(validated.records, first, offset - 1, validated.max_timestamp, validated.record_count)
+        for h, at in zip(validated.batches, assigned):
+            self.producers.update(h, at)
+        if info.rolled is not None:
+            self.take_producer_snapshot()
         self.bytes_appended += info.size
         return info
+
+    def take_producer_snapshot(self) -> None:
+        """Snapshot the producer state at the log end offset (after a roll, and at close)
+        so that a restart replays only what follows. The records are already in the log,
+        so a failure to write it is logged, not raised: a later start replays more."""
+        try:
+            self.producers.take_snapshot(self.log)
+        except OSError:
+            logger.exception("writing the producer snapshot of %s failed", self.name)
+
+    def close(self) -> None:
+        """Snapshot the producer state, then close the log (the broker is stopping)."""
+        self.take_producer_snapshot()
+        self.log.close()
 
     def __repr__(self) -> str:
         return f"<Partition {self.name} hw={self.high_watermark}>"

@@ -32,7 +32,12 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.plugins.storage.memory",
     "brokkr.plugins.storage.segment",
     "brokkr.plugins.auth.allow_all",
+    "brokkr.plugins.auth.ssl_principal",
+    "brokkr.plugins.auth.sasl_plain",
+    "brokkr.plugins.auth.scram",
+    "brokkr.plugins.auth.acl",
     "brokkr.plugins.quota.unlimited",
+    "brokkr.plugins.quota.client_quotas",
 )
 
 #: Cannot be blocked: without them the broker cannot parse a request.

@@ -9,9 +9,10 @@ A backend's tests subclass :class:`StorageContract` and say which backend to tes
         plugins = (my_plugin_module,)   # unless it is installed through an entry point
 
 pytest then runs every ``test_*`` method below against it: appends, reads at every
-offset and within size limits, lookups by timestamp, truncation, retention, and (for
-backends with ``durable = True``) restarts. The storage is opened through the
-``brokkr_open_storage`` hook, exactly as a broker opens it.
+offset and within size limits, lookups by timestamp, truncation, retention, producer
+snapshots, broker state documents, and (for backends with ``durable = True``) restarts.
+The storage is opened through the ``brokkr_open_storage`` hook, exactly as a broker
+opens it.
 """
 
 from __future__ import annotations
@@ -260,7 +261,44 @@ class StorageContract:
         self._apply_retention(harness, plog, 10**13, **{"cleanup.policy": "compact", "retention.bytes": "1"})
         assert plog.segments() == before
 
+    # -- producer snapshots and state documents -----------------------------------------------
+
+    def test_producer_snapshots_latest_at_or_below_the_log_end(self, harness):
+        plog = harness.log()
+        assert plog.latest_producer_snapshot() is None
+        for end, data in ((2, b"at 2"), (4, b"at 4"), (6, b"at 6")):
+            append(plog, records=2)
+            plog.write_producer_snapshot(end, data)
+        assert plog.latest_producer_snapshot() == (6, b"at 6")
+        plog.write_producer_snapshot(6, b"at 6, again")
+        assert plog.latest_producer_snapshot() == (6, b"at 6, again"), "a snapshot at the same offset is replaced"
+        plog.truncate_to(4)
+        assert plog.latest_producer_snapshot() == (4, b"at 4"), "the snapshot above the new end is gone"
+        append(plog, records=2)
+        assert plog.latest_producer_snapshot() == (4, b"at 4")
+
+    def test_state_documents_are_read_back_and_replaced(self, harness):
+        storage = harness.open()
+        assert storage.read_state("producer-ids") is None
+        storage.write_state("producer-ids", '{"next": 1000}')
+        storage.write_state("other", "x")
+        storage.write_state("producer-ids", '{"next": 2000}')
+        assert (storage.read_state("producer-ids"), storage.read_state("other")) == ('{"next": 2000}', "x")
+
     # -- restarts (durable backends) ---------------------------------------------------------
+
+    def test_a_restart_keeps_producer_snapshots_and_state_documents(self, harness):
+        self._need_durable()
+        plog = harness.log()
+        for end in (2, 4, 6):
+            append(plog, records=2)
+            plog.write_producer_snapshot(end, b"state at %d" % end)
+        harness.storage.write_state("producer-ids", '{"next": 1000}')
+        plog = harness.restart()
+        assert plog.latest_producer_snapshot() == (6, b"state at 6")
+        assert harness.storage.read_state("producer-ids") == '{"next": 1000}'
+        plog.truncate_to(4)
+        assert plog.latest_producer_snapshot() == (4, b"state at 4"), "the two newest are kept"
 
     def test_a_restart_keeps_records_offsets_timestamps_and_the_catalog(self, harness):
         self._need_durable()
@@ -286,10 +324,12 @@ class StorageContract:
         self._need_durable()
         plog = harness.log()
         append(plog, records=3)
+        plog.write_producer_snapshot(3, b"state")
         plog.delete()
         harness.logs.remove(plog)
         plog = harness.restart()
         assert (plog.log_start_offset, plog.log_end_offset) == (0, 0)
+        assert plog.latest_producer_snapshot() is None
 
 
 def _read_all(plog: PartitionLog) -> list[bytes]:

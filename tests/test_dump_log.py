@@ -117,8 +117,22 @@ def test_other_partition_files_are_printed():
         "0 0",
         "38 2",
         f"Dumping {KSQL / '00000000000000000002.snapshot'}",
-        "Producer state snapshot, 56 bytes (not decoded)",
+        "producerId: 0 producerEpoch: 0 coordinatorEpoch: 0 currentTxnFirstOffset: OptionalLong.empty "
+        "lastTimestamp: 1728561475581 firstSequence: 0 lastSequence: 0 lastOffset: 0 offsetDelta: 0 "
+        "timestamp: 1728561475581",
     ]
+
+
+def test_producer_snapshots_are_decoded_and_a_corrupt_one_fails(tmp_path):
+    empty = TXN_STATE / "00000000000000000004.snapshot"
+    assert dump(empty) == (0, [f"Dumping {empty}"], ""), "no producers: no lines"
+    corrupt = tmp_path / "00000000000000000002.snapshot"
+    data = bytearray((KSQL / corrupt.name).read_bytes())
+    data[-1] ^= 0xFF
+    corrupt.write_bytes(data)
+    status, lines, err = dump(corrupt)
+    assert (status, lines) == (1, [f"Dumping {corrupt}"])
+    assert err.startswith(f"brokkr dump-log: {corrupt}: Snapshot is corrupt (CRC is no longer valid). Stored crc: ")
 
 
 # -- compressed batches -----------------------------------------------------------------------

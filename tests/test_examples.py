@@ -5,8 +5,14 @@ from __future__ import annotations
 import time
 
 import brokkr_example_policy
+import brokkr_fair_quota
+import brokkr_tenant_authorizer
+from brokkr.core.protocol.frames import request_spec
+from brokkr.core.protocol.records import build_batch
 from brokkr.core.storage_contract import StorageContract
+from brokkr.core.testing import RawClient
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 
 def produce(bootstrap: str, topic: str, n: int) -> list:
@@ -59,3 +65,70 @@ def test_the_sqlite_example_serves_real_clients_across_a_restart(brokkr_broker_f
         assert values == [b"v%d" % i for i in range(20)]
     finally:
         consumer.close()
+
+
+TENANTS = {"acme": "acme-secret", "globex": "globex-secret", "ops": "ops-secret"}
+
+
+def tenant_conf(broker, user: str) -> dict:
+    return {
+        "bootstrap.servers": broker.bootstrap_servers,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": TENANTS[user],
+        "message.timeout.ms": 5000,
+        "log_level": 3,
+    }
+
+
+def test_the_tenant_authorizer_confines_each_tenant_to_its_prefix(brokkr_broker_factory):
+    users = " ".join(f'user_{u}="{p}"' for u, p in TENANTS.items())
+    broker = brokkr_broker_factory(
+        {
+            "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            ),
+            "tenant.names": "acme,globex",
+            "brokkr.plugins.disabled": "example-policy",
+        }
+    )
+    assert broker.broker.pm.get_plugin("tenant-authorizer") is brokkr_tenant_authorizer
+
+    def produce_as(user, topic):
+        producer = Producer(tenant_conf(broker, user))
+        errors = []
+        producer.produce(topic, b"v", on_delivery=lambda err, msg: errors.append(err))
+        assert producer.flush(10) == 0
+        return errors[0]
+
+    assert produce_as("acme", "acme.orders") is None  # auto-created: CREATE on its own prefix
+    assert produce_as("globex", "globex.orders") is None
+    assert produce_as("acme", "globex.orders").code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert produce_as("ops", "globex.orders") is None  # not a tenant: the next authorizer (allow-all) decides
+    visible = AdminClient(tenant_conf(broker, "acme")).list_topics(timeout=10).topics
+    assert set(visible) == {"acme.orders"}
+
+
+def test_the_fair_quota_example_throttles_a_client_id_prefix(brokkr_broker_factory):
+    broker = brokkr_broker_factory({"fair.quota.rates": "batch-:20000"})
+    assert broker.broker.pm.get_plugin("fair-quota") is brokkr_fair_quota
+    broker.call(broker.broker.create_topic, "t")
+    spec = request_spec(0)
+
+    def produce_body(size):
+        records = build_batch([(None, b"x" * size)], timestamp=int(time.time() * 1000))
+        partition = spec.struct("PartitionProduceData")(index=0, records=records)
+        return spec.cls(
+            acks=1, timeout_ms=5000, topic_data=[spec.struct("TopicProduceData")(name="t", partition_data=[partition])]
+        )
+
+    with RawClient(broker.bootstrap_servers, client_id="batch-7") as c:
+        first = c.request(0, 9, produce_body(10_000))  # within the bucket's one second of burst
+        second = c.request(0, 9, produce_body(30_000))  # 20 kB overdrawn at 20 kB/s: about a second
+    assert first.throttle_time_ms == 0
+    assert 900 <= second.throttle_time_ms <= 1100
+    with RawClient(broker.bootstrap_servers, client_id="interactive") as c:
+        assert c.request(0, 9, produce_body(100_000)).throttle_time_ms == 0

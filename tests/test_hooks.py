@@ -69,9 +69,24 @@ class EveryHook:
         return [AuthorizationResult.ALLOWED for _ in actions]
 
     @hookimpl
+    def brokkr_acl_store(self, broker):
+        self.calls["brokkr_acl_store"] += 1
+        return None  # defer to the built-in ACL authorizer (off: SECURITY_DISABLED)
+
+    @hookimpl
     def brokkr_quota_throttle_ms(self, quota_type, amount):
         self.calls["brokkr_quota_throttle_ms"] += 1
         return 0
+
+    @hookimpl
+    def brokkr_client_quota_store(self, broker):
+        self.calls["brokkr_client_quota_store"] += 1
+        return None
+
+    @hookimpl
+    def brokkr_sasl_mechanisms(self, broker):
+        self.calls["brokkr_sasl_mechanisms"] += 1
+        return []
 
     @hookimpl
     def brokkr_codecs(self):
@@ -121,6 +136,13 @@ def test_a_plugin_implementing_every_hook_sees_every_hook_called(brokkr_broker_f
     got = [m for m in (consumer.poll(5) for _ in range(10)) if m is not None and not m.error()]
     consumer.close()
     assert len(got) == 10
+    from brokkr.core.testing import RawClient
+
+    with RawClient(broker.bootstrap_servers) as c:  # the ACL and quota admin APIs ask for their stores
+        c.request(
+            29, 3, request_spec(29).cls(resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1)
+        )
+        c.request(48, 1, request_spec(48).cls(components=[]))
     broker.stop()
     assert set(HOOKS) == set(plugin.calls), f"never called: {set(HOOKS) - set(plugin.calls)}"
     assert plugin.calls["brokkr_segment_rolled"] >= 2

@@ -222,16 +222,33 @@ def test_leftover_files_are_removed_at_start(harness):
     for name in ("00000000000000000000.log.deleted", "00000000000000000000.index.cleaned", "x.log.swap"):
         (d / name).write_bytes(b"junk")
     (d / f"{5:020d}.index").write_bytes(b"")  # an index without its log
+    (d / f"{1:020d}.snapshot").write_bytes(b"state")
+    (d / f"{1:020d}.snapshot.tmp").write_bytes(b"half")  # a snapshot write interrupted
     (harness.directory / "gone-0.0123abcd-delete").mkdir()
     harness.log()
     assert names(d) == [
         f"{0:020d}.index",
         f"{0:020d}.log",
         f"{0:020d}.timeindex",
+        f"{1:020d}.snapshot",  # producer state is no leftover
         "leader-epoch-checkpoint",
         "partition.metadata",
     ]
     assert not (harness.directory / "gone-0.0123abcd-delete").exists()
+
+
+def test_producer_snapshots_above_the_recovered_log_end_are_deleted(harness):
+    plog = harness.log()
+    for end in range(3, 31, 3):
+        append(plog, records=3)
+        plog.write_producer_snapshot(end, b"state at %d" % end)
+    crash(harness)
+    d = harness.directory / "t-0"
+    os.truncate(d / f"{0:020d}.log", (d / f"{0:020d}.log").stat().st_size - 7)
+    plog = harness.log()
+    assert plog.log_end_offset == 27
+    assert [p.name for p in sorted(d.glob("*.snapshot"))] == [f"{27:020d}.snapshot"]
+    assert plog.latest_producer_snapshot() == (27, b"state at 27")
 
 
 def test_partition_directories_written_by_kafka_are_adopted(harness):
@@ -248,6 +265,8 @@ def test_partition_directories_written_by_kafka_are_adopted(harness):
     plog = harness.log(stored.name)
     records = read_all_records(plog.read(0, MIB, plog.log_end_offset, True))
     assert [r.offset for r in records] == list(range(plog.log_end_offset)) and plog.log_end_offset > 0
+    snapshot = FIXTURES / "_confluent-ksql-default__command_topic-0" / f"{2:020d}.snapshot"
+    assert plog.latest_producer_snapshot() == (2, snapshot.read_bytes()), "Kafka's producer snapshot is read"
     assert append(plog).first_offset == records[-1].offset + 1
 
 
@@ -328,3 +347,25 @@ def test_a_failed_disk_write_answers_kafka_storage_error_and_leaves_no_partial_b
     assert (ok.error_code, ok.base_offset) == (ErrorCode.NONE, 0)
     log = broker.broker.topics["t"].partitions[0].log
     assert offsets_in(broker.call(log.read, 0, MIB, 10, True))[0] == 0
+
+
+def test_opening_the_storage_without_its_logs_keeps_checkpoints_and_pending_recovery(harness):
+    plog = harness.log()
+    for _ in range(4):
+        append(plog, records=2)
+    plog.delete_before(3)
+    harness.close()
+    d = harness.directory
+    before = (d / "log-start-offset-checkpoint").read_text(), (d / "recovery-point-offset-checkpoint").read_text()
+    harness.open()  # as `brokkr scram` does: the catalog and state only, no partition
+    harness.close()
+    assert (
+        (d / "log-start-offset-checkpoint").read_text(),
+        (d / "recovery-point-offset-checkpoint").read_text(),
+    ) == before
+    assert harness.log().log_start_offset == 3
+    crash(harness)
+    (d / ".kafka_cleanshutdown").unlink(missing_ok=True)
+    harness.open()
+    harness.close()
+    assert not (d / ".kafka_cleanshutdown").exists(), "its partitions were never recovered"

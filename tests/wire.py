@@ -5,7 +5,7 @@ from __future__ import annotations
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import build_batch
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 1, 2, 3, 18, 19
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
 
 
 def produce_body(
@@ -50,6 +50,17 @@ def list_offsets_body(topic: str, timestamp: int, partition: int = 0):
     spec = request_spec(LIST_OFFSETS)
     p = spec.struct("ListOffsetsPartition")(partition_index=partition, timestamp=timestamp)
     return spec.cls(replica_id=-1, topics=[spec.struct("ListOffsetsTopic")(name=topic, partitions=[p])])
+
+
+def init_producer_id_body(
+    transactional_id: str | None = None, producer_id: int = -1, producer_epoch: int = -1, timeout_ms: int = 60000
+):
+    return request_spec(INIT_PRODUCER_ID).cls(
+        transactional_id=transactional_id,
+        transaction_timeout_ms=timeout_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+    )
 
 
 def batch(n: int = 1, timestamp: int = 1_700_000_000_000, value: bytes = b"value") -> bytes:

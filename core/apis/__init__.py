@@ -38,7 +38,17 @@ _MODULES = (
     "create_topics",
     "delete_topics",
     "delete_records",
+    "init_producer_id",
     "describe_configs",
+    "sasl_handshake",
+    "sasl_authenticate",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
+    "describe_acls",
+    "create_acls",
+    "delete_acls",
+    "describe_client_quotas",
+    "alter_client_quotas",
 )
 
 APIS: dict[int, Api] = {}

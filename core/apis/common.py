@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import uuid
 
+import attrs
+
+from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..errors import ErrorCode
 from ..partition import Partition, Topic
 
@@ -30,3 +33,22 @@ def leader_epoch_error(partition: Partition, current_leader_epoch: int) -> Error
     if current_leader_epoch < partition.leader_epoch:
         return ErrorCode.FENCED_LEADER_EPOCH
     return ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def cluster_store(broker, ctx, operation: AclOperation, store_hook, missing: tuple[ErrorCode, str]):
+    """For admin APIs whose data a plugin keeps (ACLs, client quotas): ``(store, None)``
+    when the request may perform ``operation`` on the cluster and ``store_hook`` gives a
+    store, else ``(None, (error code, message))``: CLUSTER_AUTHORIZATION_FAILED, or
+    ``missing`` when no plugin keeps a store."""
+    if not broker.authorize(ctx, [Action(operation, ResourceType.CLUSTER, CLUSTER_NAME)])[0]:
+        return None, (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    store = store_hook(broker=broker)
+    return (store, None) if store is not None else (None, missing)
+
+
+@attrs.frozen
+class NoResponse:
+    """A handler's answer when the client expects none (Produce with acks=0): nothing is
+    sent, but the connection is still not read for ``throttle_time_ms`` (KIP-219)."""
+
+    throttle_time_ms: int = 0

@@ -3,13 +3,16 @@
 Requesting an unknown topic creates it when both the request (v4+) and
 ``auto.create.topics.enable`` allow it and the principal may CREATE it, with
 ``num.partitions`` partitions. Topics the principal may not DESCRIBE are left out of
-an all-topics answer, and answer TOPIC_AUTHORIZATION_FAILED when named.
+an all-topics answer, and answer TOPIC_AUTHORIZATION_FAILED when named. The broker is
+given as the client reached it: the listener it connected on, as ``advertised.listeners``
+names it.
 """
 
 from __future__ import annotations
 
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..errors import BrokkrError, ErrorCode
+from ..listeners import advertised_listener
 from ..protocol.frames import response_spec
 from . import Api
 
@@ -65,7 +68,7 @@ async def handle(broker, ctx, request):
     v = ctx.api_version
     requested = request.topics
     all_topics = requested is None or (v == 0 and not requested)
-    listener = next(lst for lst in broker.listeners if lst.name == ctx.listener)
+    listener = advertised_listener(broker.listeners, broker.config, ctx.listener)
     response = MetadataResponse(
         brokers=[MetadataResponseBroker(node_id=broker.node_id, host=listener.host, port=listener.port)],
         cluster_id=broker.cluster_id,
@@ -90,8 +93,9 @@ async def handle(broker, ctx, request):
 def _requested_topics(broker, ctx, request) -> list:
     out = []
     by_name = []
+    ids = {}  # names of the topics requested by id (v12+), and their ids
     for rt in request.topics:
-        if rt.name is None:  # v12+: by topic id
+        if rt.name is None:
             topic = broker.topics_by_id.get(rt.topic_id)
             if topic is None:
                 out.append(
@@ -99,6 +103,7 @@ def _requested_topics(broker, ctx, request) -> list:
                 )
             else:
                 by_name.append(topic.name)
+                ids[topic.name] = topic.topic_id
         else:
             by_name.append(rt.name)
     by_name = list(dict.fromkeys(by_name))
@@ -116,8 +121,12 @@ def _requested_topics(broker, ctx, request) -> list:
         )
         may_create = dict(zip(missing, per_topic))
     for name, ok in zip(by_name, describe):
-        if not ok:
-            out.append(MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
+        if not ok:  # a topic asked for by id is answered by id, its name withheld (as in Kafka)
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            if name in ids:
+                out.append(MetadataResponseTopic(error_code=code, name=None, topic_id=ids[name]))
+            else:
+                out.append(MetadataResponseTopic(error_code=code, name=name))
             continue
         topic = broker.topics.get(name)
         if topic is None:

@@ -17,7 +17,7 @@ from ..protocol.frames import response_spec
 from ..protocol.records import iter_batches_untrusted
 from ..validation import RecordsError
 from . import Api
-from .common import partition_of, resolve_topic
+from .common import NoResponse, partition_of, resolve_topic
 
 log = logging.getLogger("brokkr.produce")
 
@@ -84,7 +84,7 @@ async def handle(broker, ctx, request):
     if acks == 0:
         if failed:
             raise CloseConnection()
-        return None
+        return NoResponse(throttle)  # no answer, but a bandwidth throttle still mutes the connection
     if waiting:
         await _await_replication(broker, request.timeout_ms, waiting)
     return ProduceResponse(responses=responses, throttle_time_ms=throttle)

@@ -26,6 +26,9 @@ CREATE TABLE IF NOT EXISTS batches (
     topic TEXT, partition INTEGER, base_offset INTEGER, last_offset INTEGER, max_timestamp INTEGER,
     segment INTEGER, data BLOB, PRIMARY KEY (topic, partition, base_offset)
 );
+CREATE TABLE IF NOT EXISTS snapshots (topic TEXT, partition INTEGER, offset INTEGER, data BLOB,
+    PRIMARY KEY (topic, partition, offset));
+CREATE TABLE IF NOT EXISTS state (name TEXT PRIMARY KEY, text TEXT);
 """
 
 
@@ -120,18 +123,34 @@ class SqliteLog:
         if self._rows("base_offset = ?", offset).fetchone() is None:
             raise ValueError(f"offset {offset} is not a batch boundary")
         self.db.execute("DELETE FROM batches WHERE topic=? AND partition=? AND base_offset >= ?", (*self.key, offset))
+        self.db.execute("DELETE FROM snapshots WHERE topic=? AND partition=? AND offset > ?", (*self.key, offset))
         self.db.commit()
         self._end = offset
         self._start = min(self._start, offset)
         (last,) = self.db.execute("SELECT max(segment) FROM batches WHERE topic=? AND partition=?", self.key).fetchone()
         self._segment = offset if last is None else last
 
+    def write_producer_snapshot(self, offset: int, data: bytes) -> None:
+        self.db.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?)", (*self.key, offset, data))
+        self.db.execute(  # keep the two newest
+            "DELETE FROM snapshots WHERE topic=? AND partition=? AND offset < (SELECT min(offset) FROM (SELECT "
+            "offset FROM snapshots WHERE topic=? AND partition=? ORDER BY offset DESC LIMIT 2))",
+            (*self.key, *self.key),
+        )
+        self.db.commit()
+
+    def latest_producer_snapshot(self) -> tuple[int, bytes] | None:
+        return self.db.execute(
+            "SELECT offset, data FROM snapshots WHERE topic=? AND partition=? AND offset <= ? ORDER BY offset DESC",
+            (*self.key, self._end),
+        ).fetchone()
+
     def close(self) -> None:
         pass
 
     def delete(self) -> None:
-        self.db.execute("DELETE FROM batches WHERE topic=? AND partition=?", self.key)
-        self.db.execute("DELETE FROM starts WHERE topic=? AND partition=?", self.key)
+        for table in ("batches", "starts", "snapshots"):
+            self.db.execute(f"DELETE FROM {table} WHERE topic=? AND partition=?", self.key)
         self.db.commit()
 
 
@@ -159,6 +178,14 @@ class SqliteStorage:
 
     def open_log(self, topic: StoredTopic, partition: int, config) -> SqliteLog:
         return SqliteLog(self.db, topic.name, partition, config, self.codecs)
+
+    def read_state(self, name: str) -> str | None:
+        row = self.db.execute("SELECT text FROM state WHERE name=?", (name,)).fetchone()
+        return row and row[0]
+
+    def write_state(self, name: str, text: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", (name, text))
+        self.db.commit()
 
     def checkpoint(self) -> None:
         self.db.commit()

@@ -1,4 +1,6 @@
-"""The default quota plugin: no quotas, so nothing is ever throttled."""
+"""The fallback quota plugin: it never throttles. Kafka's quotas are the built-in
+:mod:`brokkr.plugins.quota.client_quotas`, idle until one is set; with that plugin
+disabled, this one keeps ``brokkr_quota_throttle_ms`` answered."""
 
 from __future__ import annotations
 

@@ -45,6 +45,7 @@ class MemoryLog:
         self._segments = [_Segment(0)]
         self._start = 0
         self._end = 0
+        self._snapshots: list[tuple[int, bytes]] = []  # the two newest producer snapshots, oldest first
 
     @property
     def log_start_offset(self) -> int:
@@ -145,6 +146,14 @@ class MemoryLog:
         seg.size = sum(len(b) for b in seg.batches)
         self._end = offset
         self._start = min(self._start, offset)
+        self._snapshots = [s for s in self._snapshots if s[0] <= offset]
+
+    def write_producer_snapshot(self, offset: int, data: bytes) -> None:
+        kept = [s for s in self._snapshots if s[0] != offset]
+        self._snapshots = sorted([*kept, (offset, bytes(data))])[-2:]
+
+    def latest_producer_snapshot(self) -> tuple[int, bytes] | None:
+        return max((s for s in self._snapshots if s[0] <= self._end), default=None)
 
     def close(self) -> None:
         pass
@@ -152,6 +161,7 @@ class MemoryLog:
     def delete(self) -> None:
         self._segments = [_Segment(self._end)]
         self._start = self._end
+        self._snapshots = []
 
 
 class MemoryStorage:
@@ -161,6 +171,7 @@ class MemoryStorage:
 
     def __init__(self, codecs):
         self.codecs = codecs
+        self._state: dict[str, str] = {}
 
     def load_topics(self) -> list[StoredTopic]:
         return []
@@ -170,6 +181,12 @@ class MemoryStorage:
 
     def open_log(self, topic: StoredTopic, partition: int, config) -> MemoryLog:
         return MemoryLog(config, self.codecs)
+
+    def read_state(self, name: str) -> str | None:
+        return self._state.get(name)
+
+    def write_state(self, name: str, text: str) -> None:
+        self._state[name] = text
 
     def checkpoint(self) -> None:
         pass

@@ -165,11 +165,8 @@ def ck_consume(
 def kp_producer(bootstrap: str, **extra: Any):
     from kafka import KafkaProducer
 
-    # kafka-python 3.x enables idempotence by default (KIP-679), which needs
-    # InitProducerId; brokkr does not serve that API yet, so it is switched off.
     conf = dict(
         bootstrap_servers=bootstrap,
-        enable_idempotence=False,
         linger_ms=5,
         request_timeout_ms=10000,
         max_block_ms=10000,

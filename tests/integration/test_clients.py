@@ -141,14 +141,6 @@ def test_confluent_produce_consume(brokkr_broker, topic_name, acks):
 # -- 2. kafka-python round trip ---------------------------------------------------------
 
 
-def test_kafka_python_idempotence_default_documented():
-    """kafka-python 3.x turns idempotence on by default (KIP-679); brokkr does not serve
-    InitProducerId, hence ``enable_idempotence=False`` in conftest.kp_producer."""
-    from kafka import KafkaProducer
-
-    assert KafkaProducer.DEFAULT_CONFIG["enable_idempotence"] is True
-
-
 @pytest.mark.parametrize("acks", [0, 1, "all"])
 def test_kafka_python_produce_consume(brokkr_broker, topic_name, acks):
     bs = brokkr_broker.bootstrap_servers

@@ -5,7 +5,8 @@ Every file is untrusted. A ``.log`` is walked one batch at a time and each batch
 size is checked against the bytes left in the file before the batch is read, so a torn or
 corrupt tail is reported (Kafka's "Found N invalid bytes at the end of ...") and at most
 one batch is ever in memory. Index entries are read a chunk at a time and checked against
-the ``.log`` beside them in a single forward walk of both files.
+the ``.log`` beside them in a single forward walk of both files. A producer state
+``.snapshot`` is checked (version, CRC-32C, size) and printed one producer per line.
 
 Each ``dump_*`` function writes what it finds to a text stream and returns the file's
 :class:`Problems`; an empty one means the file is valid.
@@ -24,6 +25,7 @@ import attrs
 from brokkr.core.compression import collect_codecs
 from brokkr.core.errors import CorruptRequest
 from brokkr.core.plugins import create_plugin_manager
+from brokkr.core.producer_state import NO_SEQUENCE, CorruptSnapshot, decode_snapshot, increment_sequence
 from brokkr.core.protocol.primitives import Reader
 from brokkr.core.protocol.records import (
     HEADER_SIZE,
@@ -36,8 +38,8 @@ from brokkr.core.protocol.records import (
     iter_batches_untrusted,
 )
 
-from .files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
-from .index import INT32_MAX, OffsetIndex, TimeIndex
+from .files import INDEX_SUFFIX, LOG_SUFFIX, PRODUCER_SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX
+from .index import OffsetIndex, TimeIndex
 
 if TYPE_CHECKING:
     from brokkr.core.compression import Codec
@@ -55,8 +57,6 @@ CONTROL_TYPES = {
     6: "KRAFT_VOTERS",
 }
 END_TXN_MARKERS = (0, 1)
-NO_SEQUENCE = -1
-SNAPSHOT_SUFFIX = ".snapshot"
 TEXT_LIMIT = 64 * 1024  # bytes of another file printed as text
 CHUNK = 1 << 20  # bytes of an index read at a time
 MAX_SHOWN = 10  # problems described per file; the rest are counted
@@ -132,6 +132,8 @@ def dump_file(path: Path, out: TextIO, *, print_data: bool = True, codecs: dict[
             return dump_index(path, out, OFFSET_INDEX)
         if path.suffix == TIME_INDEX_SUFFIX:
             return dump_index(path, out, TIME_INDEX)
+        if path.suffix == PRODUCER_SNAPSHOT_SUFFIX:
+            return dump_producer_snapshot(path, out)
         return dump_other(path, out)
     except BrokenPipeError:  # the reader of ``out`` went away: not a problem of this file
         raise
@@ -310,11 +312,7 @@ def control_text(record: Record) -> str:
 
 def sequence_of(base_sequence: int, delta: int) -> int:
     """Kafka's sequence arithmetic: -1 without a producer sequence, wrapping past int32."""
-    if base_sequence == NO_SEQUENCE:
-        return NO_SEQUENCE
-    if base_sequence > INT32_MAX - delta:
-        return delta - (INT32_MAX - base_sequence) - 1
-    return base_sequence + delta
+    return NO_SEQUENCE if base_sequence == NO_SEQUENCE else increment_sequence(base_sequence, delta)
 
 
 def codec_name(codec_id: int) -> str:
@@ -492,13 +490,35 @@ def _print_verdict(path: Path, problems: Problems, out: TextIO) -> None:
 # -- other files ----------------------------------------------------------------------------
 
 
+def dump_producer_snapshot(path: Path, out: TextIO) -> Problems:
+    """A producer state snapshot: one line per producer, as Kafka prints them."""
+    problems = Problems()
+    try:
+        producers = decode_snapshot(path.read_bytes())
+    except CorruptSnapshot as exc:
+        problems.add(str(exc))
+        return problems
+    for producer_id, e in producers.items():
+        txn_first = (
+            "OptionalLong.empty" if e.current_txn_first_offset < 0 else f"OptionalLong[{e.current_txn_first_offset}]"
+        )
+        line = (
+            f"producerId: {producer_id} producerEpoch: {e.producer_epoch} coordinatorEpoch: {e.coordinator_epoch} "
+            f"currentTxnFirstOffset: {txn_first} lastTimestamp: {e.last_timestamp} "
+        )
+        if e.batches:  # a snapshot holds a producer's last batch only
+            b = e.batches[0]
+            line += (
+                f"firstSequence: {b.first_seq} lastSequence: {b.last_seq} lastOffset: {b.last_offset} "
+                f"offsetDelta: {b.offset_delta} timestamp: {b.timestamp}"
+            )
+        print(line, file=out)
+    return problems
+
+
 def dump_other(path: Path, out: TextIO) -> Problems:
-    """Text files (checkpoints, partition.metadata) as they are; a producer state snapshot
-    by its size only."""
+    """Text files (checkpoints, partition.metadata) as they are."""
     size = path.stat().st_size
-    if path.suffix == SNAPSHOT_SUFFIX:
-        print(f"Producer state snapshot, {size} bytes (not decoded)", file=out)
-        return Problems()
     with open(path, "rb") as f:
         data = f.read(TEXT_LIMIT)
     if b"\0" in data:

@@ -8,6 +8,8 @@ In each log directory::
     .kafka_cleanshutdown               present after a clean shutdown
     brokkr-topics.json                 the topic catalog (first log dir only; Kafka keeps
                                        it in its KRaft metadata log instead)
+    brokkr-{name}.json                 broker-level state documents, e.g. brokkr-producer-ids.json
+                                       (first log dir only; Kafka's are KRaft records too)
     {topic}-{partition}/               one directory per partition
 
 In each partition directory::
@@ -15,6 +17,7 @@ In each partition directory::
     00000000000000000000.log           record batches as on the wire
     00000000000000000000.index         offset index
     00000000000000000000.timeindex     time index
+    00000000000000000042.snapshot      producer state at offset 42 (the two newest kept)
     partition.metadata                 "version: 0" / "topic_id: <base64 uuid>"
     leader-epoch-checkpoint            0 / count / "epoch start_offset" lines
 
@@ -37,6 +40,7 @@ from brokkr.core.log import StoredTopic
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+PRODUCER_SNAPSHOT_SUFFIX = ".snapshot"
 #: Left behind by a crash in the middle of a deletion, a compaction or a file swap.
 LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 
@@ -58,6 +62,11 @@ class CorruptFile(ValueError):
 def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
     """``00000000000000000042.log``: the base offset in 20 digits."""
     return directory / f"{base_offset:020d}{suffix}"
+
+
+def state_file(directory: Path, name: str) -> Path:
+    """``brokkr-{name}.json``: where ``Storage.write_state`` keeps the document ``name``."""
+    return directory / f"brokkr-{name}.json"
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:

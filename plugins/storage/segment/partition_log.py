@@ -8,7 +8,9 @@ otherwise follows ``flush.messages`` and ``flush.ms`` (by default: left to the O
 
 On open after an unclean shutdown, every segment holding offsets at or past the
 recovery point is re-validated batch by batch; the log is truncated at the first torn or
-corrupt batch and the segments after it are deleted.
+corrupt batch and the segments after it are deleted, and so are producer snapshots above
+the new log end (as Kafka's LogLoader does). Producer snapshots are
+``{offset:020d}.snapshot`` files beside the segments, the two newest kept.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class SegmentLog:
         self._remove_leftovers()
         self._segments = self._load_segments(recovery_point, log_start_offset, clean)
         self._segments[-1].make_active()
+        self._delete_snapshots_above(self.log_end_offset)
         self.recovery_point = min(recovery_point, self.log_end_offset) if clean else self.log_end_offset
         self._start = min(max(log_start_offset, self._segments[0].base_offset), self.log_end_offset)
         self._epochs_path = directory / files.LEADER_EPOCH_CHECKPOINT
@@ -248,6 +251,29 @@ class SegmentLog:
         self.recovery_point = min(self.recovery_point, offset)
         self._epochs = [(e, s) for e, s in self._epochs if s < offset]
         files.write_leader_epochs(self._epochs_path, self._epochs)
+        self._delete_snapshots_above(offset)
+
+    # -- producer snapshots ---------------------------------------------------------------
+
+    def write_producer_snapshot(self, offset: int, data: bytes) -> None:
+        files.write_atomically(self._snapshot_path(offset), data)
+        for older in self._snapshot_offsets()[:-2]:
+            self._snapshot_path(older).unlink(missing_ok=True)
+
+    def latest_producer_snapshot(self) -> tuple[int, bytes] | None:
+        offset = max((o for o in self._snapshot_offsets() if o <= self.log_end_offset), default=None)
+        return None if offset is None else (offset, self._snapshot_path(offset).read_bytes())
+
+    def _snapshot_path(self, offset: int) -> Path:
+        return files.segment_file(self.dir, offset, files.PRODUCER_SNAPSHOT_SUFFIX)
+
+    def _snapshot_offsets(self) -> list[int]:
+        return sorted(int(p.stem) for p in self.dir.glob(f"*{files.PRODUCER_SNAPSHOT_SUFFIX}") if p.stem.isdigit())
+
+    def _delete_snapshots_above(self, offset: int) -> None:
+        for above in [o for o in self._snapshot_offsets() if o > offset]:
+            log.warning("deleting producer snapshot %s above the log end offset", self._snapshot_path(above))
+            self._snapshot_path(above).unlink()
 
     def close(self) -> None:
         self.flush()

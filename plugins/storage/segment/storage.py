@@ -95,6 +95,13 @@ class SegmentStorage:
     def save_topics(self, topics: list[StoredTopic]) -> None:
         files.write_catalog(self.dirs[0] / files.CATALOG, topics)
 
+    def read_state(self, name: str) -> str | None:
+        path = files.state_file(self.dirs[0], name)
+        return path.read_text() if path.exists() else None
+
+    def write_state(self, name: str, text: str) -> None:
+        files.write_atomically(files.state_file(self.dirs[0], name), text.encode())
+
     def open_log(self, topic: StoredTopic, partition: int, config: TopicConfig) -> SegmentLog:
         key = (topic.name, partition)
         d = self.found.pop(key, None) or min(self.dirs, key=lambda d: len(self.logs[d]))
@@ -111,19 +118,28 @@ class SegmentStorage:
         self.logs[d][key] = plog
         return plog
 
+    def _unopened(self, d: Path) -> list[tuple[str, int]]:
+        """Partitions on disk in ``d`` that no one opened (a tool such as ``brokkr scram``
+        opens the storage without its logs)."""
+        return [key for key, where in self.found.items() if where == d]
+
     def checkpoint(self) -> None:
         for d, logs in self.logs.items():
             for key in [k for k, plog in logs.items() if plog.deleted]:
                 del logs[key]
-            files.write_offset_checkpoint(
-                d / files.RECOVERY_POINT_CHECKPOINT, {k: plog.recovery_point for k, plog in logs.items()}
-            )
+            kept = self._unopened(d)  # their entries stay as they were read
+            points = {k: self.recovery_points[d][k] for k in kept if k in self.recovery_points[d]}
+            points.update((k, plog.recovery_point) for k, plog in logs.items())
+            files.write_offset_checkpoint(d / files.RECOVERY_POINT_CHECKPOINT, points)
             # Kafka lists only the logs whose start is inside their first segment.
-            starts = {k: plog.log_start_offset for k, plog in logs.items() if plog.start_is_mid_segment}
+            starts = {k: self.start_offsets[d][k] for k in kept if k in self.start_offsets[d]}
+            starts.update((k, plog.log_start_offset) for k, plog in logs.items() if plog.start_is_mid_segment)
             files.write_offset_checkpoint(d / files.LOG_START_CHECKPOINT, starts)
 
     def close(self) -> None:
         self.flusher.shutdown(wait=True)
         self.checkpoint()
         for d in self.dirs:
-            files.write_clean_shutdown(d / files.CLEAN_SHUTDOWN)
+            # A directory whose partitions were not all opened (so not all recovered) stays unclean.
+            if self.clean[d] or not self._unopened(d):
+                files.write_clean_shutdown(d / files.CLEAN_SHUTDOWN)

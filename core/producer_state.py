@@ -1,0 +1,299 @@
+"""Producer state: what each idempotent producer last appended to one partition.
+
+Kafka's ``ProducerStateManager``, ``ProducerStateEntry`` and ``ProducerAppendInfo``, for
+the data batches of idempotent producers (brokkr has no transactions). Per partition,
+each producer id maps to its epoch and the metadata of its last five batches (first and
+last sequence, first and last offset, max timestamp). Before a batch is given offsets,
+:meth:`ProducerStateManager.check_and_find_duplicate` decides, from the batch header
+alone, as Kafka 4 does:
+
+- no producer id (-1): not tracked;
+- the same producer, epoch and sequence range as a remembered batch: a retry, answered
+  with the original offsets and never written again (``UnifiedLog``'s duplicate check);
+- an epoch below the producer's: INVALID_PRODUCER_EPOCH;
+- a new epoch must start at sequence 0, otherwise OUT_OF_ORDER_SEQUENCE_NUMBER, as is
+  any sequence that does not follow the last one (wrapping from Int32.MAX to 0);
+- a producer the partition knows nothing of (new, or forgotten after its records were
+  deleted) may start at any sequence: since KIP-360 (Kafka 2.5) the broker no longer
+  answers UNKNOWN_PRODUCER_ID on the produce path.
+
+After the append, :meth:`ProducerStateManager.update` remembers the batch. The state
+survives restarts as Kafka's ``.snapshot`` format (:func:`encode_snapshot`), kept by the
+partition's log (``PartitionLog.write_producer_snapshot``): the core writes one after an
+append that rolled a segment and when the broker stops, and
+:func:`rebuild_producer_state` loads the latest one and replays the batch headers
+appended after it. As in Kafka, a snapshot keeps only each producer's last batch, so
+after a restart a retry of that batch is still recognised but retries of older ones are
+not.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections import deque
+from typing import TYPE_CHECKING, NamedTuple
+
+import crc32c
+
+from .errors import CorruptRequest, ErrorCode
+from .protocol.records import NO_PRODUCER_ID, NO_TIMESTAMP, BatchHeader, iter_batches_untrusted
+from .validation import RecordsError
+
+if TYPE_CHECKING:
+    from .log import PartitionLog
+
+logger = logging.getLogger("brokkr.producer_state")
+
+#: Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN: retries of this many batches are recognised.
+NUM_BATCHES_TO_RETAIN = 5
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+INT32_MAX = 2**31 - 1
+SNAPSHOT_VERSION = 1
+REPLAY_CHUNK = 1 << 20  # bytes of log read at a time when replaying batch headers
+
+# Kafka's snapshot (version 1): int16 version, uint32 CRC-32C of everything after it, then
+# an int32 count of entries: ProducerId int64, Epoch int16, LastSequence int32, LastOffset
+# int64, OffsetDelta int32, Timestamp int64, CoordinatorEpoch int32, CurrentTxnFirstOffset int64.
+_SNAPSHOT_HEAD = struct.Struct(">hIi")
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
+_CRC = struct.Struct(">I")
+_CRC_AT = 2
+_CRC_FROM = 6  # the CRC covers the entry count and the entries
+
+
+class CorruptSnapshot(ValueError):
+    """A producer state snapshot that does not decode (Kafka's CorruptSnapshotException)."""
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Kafka's ``DefaultRecordBatch.incrementSequence``: sequences wrap from Int32.MAX to 0."""
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    """Kafka's ``DefaultRecordBatch.decrementSequence``, the inverse of :func:`increment_sequence`."""
+    if sequence < decrement:
+        return INT32_MAX - (decrement - sequence) + 1
+    return sequence - decrement
+
+
+def last_sequence(header: BatchHeader) -> int:
+    """The sequence of a batch's last record (Kafka's ``RecordBatch.lastSequence``)."""
+    return increment_sequence(header.base_sequence, header.last_offset_delta)
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+class BatchMetadata(NamedTuple):
+    """One remembered batch (Kafka's ``BatchMetadata``)."""
+
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        return decrement_sequence(self.last_seq, self.offset_delta)
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+class ProducerStateEntry:
+    """One producer's state in one partition (Kafka's ``ProducerStateEntry``): its epoch
+    and its last batches, oldest first. ``coordinator_epoch`` and
+    ``current_txn_first_offset`` are carried from Kafka's snapshots unchanged (brokkr has
+    no transactions) so that a snapshot Kafka wrote is written back as it was."""
+
+    __slots__ = ("producer_epoch", "batches", "last_timestamp", "coordinator_epoch", "current_txn_first_offset")
+
+    def __init__(
+        self,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        last_timestamp: int = NO_TIMESTAMP,
+        coordinator_epoch: int = -1,
+        current_txn_first_offset: int = -1,
+    ):
+        self.producer_epoch = producer_epoch
+        self.batches: deque[BatchMetadata] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
+        self.last_timestamp = last_timestamp
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_first_offset = current_txn_first_offset
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def add_batch(self, producer_epoch: int, batch: BatchMetadata) -> None:
+        """Remember ``batch``; a new epoch forgets the batches of the old one."""
+        if producer_epoch != self.producer_epoch:
+            self.batches.clear()
+            self.producer_epoch = producer_epoch
+        self.batches.append(batch)
+        self.last_timestamp = batch.timestamp
+
+    def find_duplicate(self, producer_epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        """The remembered batch with this epoch and exactly this sequence range, if any."""
+        if producer_epoch != self.producer_epoch:
+            return None
+        return next((b for b in self.batches if b.last_seq == last_seq and b.first_seq == first_seq), None)
+
+
+class ProducerStateManager:
+    """The producers of one partition (Kafka's ``ProducerStateManager``).
+
+    ``snapshot_offset`` is the log end offset of the newest snapshot known to hold this
+    state, so that a stop right after a start or a roll does not write it again."""
+
+    def __init__(self, partition: str):
+        self.partition = partition  # "topic-N", in error messages as Kafka names a TopicPartition
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.snapshot_offset: int | None = None
+
+    def check_and_find_duplicate(self, header: BatchHeader, first_offset: int) -> BatchMetadata | None:
+        """Check one batch about to be appended at ``first_offset`` against its producer's
+        state: the remembered batch it repeats, or None if it may be appended. Raises
+        :class:`RecordsError` (INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER) with
+        Kafka's messages. Reads the header only."""
+        producer_id = header.producer_id
+        entry = self.producers.get(producer_id) if producer_id != NO_PRODUCER_ID else None
+        if entry is None:
+            return None
+        epoch, first_seq = header.producer_epoch, header.base_sequence
+        duplicate = entry.find_duplicate(epoch, first_seq, last_sequence(header))
+        if duplicate is not None:
+            return duplicate
+        current = entry.producer_epoch
+        if epoch < current:
+            raise RecordsError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"Epoch of producer {producer_id} at offset {first_offset} in {self.partition} is {epoch}, "
+                f"which is smaller than the last seen epoch {current}",
+            )
+        if epoch != current:
+            if first_seq != 0 and current != NO_PRODUCER_EPOCH:
+                raise RecordsError(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"Invalid sequence number for new epoch of {self._where(producer_id, first_offset)}: "
+                    f"{epoch} (request epoch), {first_seq} (seq. number), {current} (current producer epoch)",
+                )
+        elif current != NO_PRODUCER_EPOCH and not _in_sequence(entry.last_seq, first_seq):
+            raise RecordsError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"Out of order sequence number for {self._where(producer_id, first_offset)}: "
+                f"{first_seq} (incoming seq. number), {entry.last_seq} (current end sequence number)",
+            )
+        return None
+
+    def _where(self, producer_id: int, first_offset: int) -> str:
+        return f"producer {producer_id} at offset {first_offset} in partition {self.partition}"
+
+    def update(self, header: BatchHeader, first_offset: int) -> None:
+        """Remember a batch appended at ``first_offset`` (batches without a producer id are not tracked)."""
+        producer_id = header.producer_id
+        if producer_id == NO_PRODUCER_ID:
+            return
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry()
+        delta = header.last_offset_delta
+        batch = BatchMetadata(last_sequence(header), first_offset + delta, delta, header.max_timestamp)
+        entry.add_batch(header.producer_epoch, batch)
+
+    def take_snapshot(self, log: PartitionLog) -> None:
+        """Kafka's ``takeSnapshot``: hand ``log`` a snapshot at its end offset, unless it has one there."""
+        end = log.log_end_offset
+        if end != self.snapshot_offset:
+            log.write_producer_snapshot(end, encode_snapshot(self.producers))
+            self.snapshot_offset = end
+            logger.debug("producer snapshot of %s at %d: %d producer ids", self.partition, end, len(self.producers))
+
+
+def encode_snapshot(producers: dict[int, ProducerStateEntry]) -> bytes:
+    """Kafka's ``.snapshot`` bytes (version 1): each producer with its last batch only."""
+    body = bytearray(_SNAPSHOT_HEAD.pack(SNAPSHOT_VERSION, 0, len(producers)))
+    for producer_id, entry in producers.items():
+        last = entry.batches[-1] if entry.batches else BatchMetadata(NO_SEQUENCE, -1, 0, entry.last_timestamp)
+        body += _SNAPSHOT_ENTRY.pack(
+            producer_id,
+            entry.producer_epoch,
+            last.last_seq,
+            last.last_offset,
+            last.offset_delta,
+            entry.last_timestamp,
+            entry.coordinator_epoch,
+            entry.current_txn_first_offset,
+        )
+    _CRC.pack_into(body, _CRC_AT, crc32c.crc32c(memoryview(body)[_CRC_FROM:]))
+    return bytes(body)
+
+
+def decode_snapshot(data: bytes) -> dict[int, ProducerStateEntry]:
+    """The producers of a ``.snapshot`` (Kafka's ``readSnapshot``); raises :class:`CorruptSnapshot`."""
+    if len(data) < _SNAPSHOT_HEAD.size:
+        raise CorruptSnapshot(f"Snapshot failed schema validation: {len(data)} bytes is too short")
+    version, crc, count = _SNAPSHOT_HEAD.unpack_from(data)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptSnapshot(f"Snapshot contained an unknown file version {version}")
+    computed = crc32c.crc32c(memoryview(data)[_CRC_FROM:])
+    if crc != computed:
+        raise CorruptSnapshot(
+            f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {crc}. Computed crc: {computed}"
+        )
+    if count < 0 or len(data) != _SNAPSHOT_HEAD.size + count * _SNAPSHOT_ENTRY.size:
+        raise CorruptSnapshot(f"Snapshot failed schema validation: {count} entries in {len(data)} bytes")
+    producers = {}
+    for fields in _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_SNAPSHOT_HEAD.size :]):
+        producer_id, epoch, last_seq, last_offset, offset_delta, timestamp, coordinator_epoch, txn_first = fields
+        entry = ProducerStateEntry(epoch, timestamp, coordinator_epoch, txn_first)
+        if last_offset >= 0:
+            entry.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        producers[producer_id] = entry
+    return producers
+
+
+def rebuild_producer_state(partition: str, log: PartitionLog) -> ProducerStateManager:
+    """The producer state of a log being opened (Kafka's ``UnifiedLog.rebuildProducerState``):
+    the latest snapshot, then the headers of the batches appended after it, read from the
+    log (from its start when there is no usable snapshot). A snapshot below the log start
+    offset is not used, as Kafka drops those: records between it and the start are gone,
+    so its producers would look out of sequence rather than unknown."""
+    state = ProducerStateManager(partition)
+    offset = log.log_start_offset
+    snapshot = log.latest_producer_snapshot()
+    if snapshot is not None and snapshot[0] >= offset:
+        snapshot_offset, data = snapshot
+        try:
+            state.producers = decode_snapshot(data)
+            offset = state.snapshot_offset = snapshot_offset
+        except CorruptSnapshot as exc:
+            logger.warning("Failed to load the producer snapshot of %s at %d: %s", partition, snapshot_offset, exc)
+    _replay(state, log, offset)
+    return state
+
+
+def _replay(state: ProducerStateManager, log: PartitionLog, offset: int) -> None:
+    """Apply the headers of the batches from ``offset`` to the log end (control batches,
+    which only a Kafka broker writes, end transactions and are skipped)."""
+    end = log.log_end_offset
+    while offset < end:
+        data = log.read(offset, REPLAY_CHUNK, end, True)
+        try:
+            headers = list(iter_batches_untrusted(data))
+        except CorruptRequest as exc:
+            logger.warning("stopped rebuilding the producer state of %s at %d: %s", state.partition, offset, exc)
+            return
+        if not headers:
+            return
+        for h in headers:
+            if not h.is_control:
+                state.update(h, h.base_offset)
+        offset = headers[-1].last_offset + 1
