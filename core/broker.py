@@ -35,6 +35,7 @@ from .plugins import create_plugin_manager
 from .producer_ids import ProducerIdManager
 from .retention import retention_offset
 from .server import Listener, Server
+from .sinks import retention_limit
 from .validation import ValidatedRecords
 
 log = logging.getLogger("brokkr")
@@ -264,11 +265,16 @@ class Broker:
 
     def apply_retention(self, now_ms: int | None = None) -> None:
         """Drop the segments that retention.ms, retention.bytes or the log start offset
-        make deletable, in every partition (see :mod:`brokkr.core.retention`)."""
+        make deletable, in every partition (see :mod:`brokkr.core.retention`), keeping every
+        segment a sink has not mirrored yet (``brokkr_sink_mirrored_offset``)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         for topic in list(self.topics.values()):
             for p in topic.partitions:
-                offset = retention_offset(p.log.segments(), p.config, now_ms, p.high_watermark, p.log.log_start_offset)
+                segments = p.log.segments()
+                offset = retention_offset(segments, p.config, now_ms, p.high_watermark, p.log.log_start_offset)
+                if offset is not None:  # never past what a sink has not mirrored yet
+                    held = self.hook.brokkr_sink_mirrored_offset(partition=p, broker=self)
+                    offset = retention_limit(offset, held, segments)
                 if offset is not None:
                     log.info("retention: %s starts at offset %d", p.name, offset)
                     p.log.delete_before(offset)

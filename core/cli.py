@@ -91,6 +91,35 @@ def _scram(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def _mirror(args: argparse.Namespace) -> int:
+    """Backfill a lake from a log dir (the Spark sink's layout and commit logs), or show how
+    far it is behind (``--status``, without Spark)."""
+    from brokkr.plugins.sinks.spark import mirror
+
+    if args.status:
+        rows = mirror.status(args.log_dir, args.lake, args.commit_dir, args.topic or ())
+        print(f"{'TOPIC':<30} {'PARTITION':>9} {'LOG-END-OFFSET':>15} {'MIRRORED-OFFSET':>16} {'LAG':>10}")
+        for r in rows:
+            print(f"{r.topic:<30} {r.partition:>9} {r.log_end_offset:>15} {r.mirrored_offset:>16} {r.lag:>10}")
+        return 0
+    from tqdm import tqdm
+
+    ranges = mirror.log_ranges(args.log_dir, args.topic or ())
+    total = sum(r.size for rs in ranges.values() for r in rs)
+    conf = dict(parse_overrides(args.conf or []))
+    spark = mirror.spark_session(args.master, "brokkr-mirror", conf)
+    try:
+        m = mirror.Mirror(spark, args.lake, args.commit_dir, dict(parse_overrides(args.value_schema or [])))
+        with tqdm(total=total, unit="B", unit_scale=True, desc="mirroring", file=sys.stderr) as bar:
+            for _ in mirror.backfill(m, args.log_dir, args.topic or (), progress=bar.update):
+                pass
+    finally:
+        spark.stop()
+    for r in mirror.status(args.log_dir, args.lake, args.commit_dir, args.topic or ()):
+        print(f"{r.topic}-{r.partition}: mirrored up to offset {r.mirrored_offset} (log end {r.log_end_offset})")
+    return 0
+
+
 def _read_password(user: str) -> str:
     if sys.stdin.isatty():
         import getpass
@@ -139,6 +168,20 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("config", nargs="?", help="the broker's server.properties (for log.dirs)")
         p.add_argument("--override", action="append", metavar="KEY=VALUE", help="set one setting; repeatable")
     scram.set_defaults(func=_scram)
+    mirror = sub.add_parser(
+        "mirror", help="mirror a log dir into a lake of Parquet files through Spark (backfill), or --status"
+    )
+    mirror.add_argument("--log-dir", required=True, help="a log dir of the segment storage")
+    mirror.add_argument("--lake", required=True, help="the lake: a directory or a URI Spark writes")
+    mirror.add_argument("--commit-dir", help="the commit logs' local directory (default <lake>/_brokkr_commits)")
+    mirror.add_argument("--topic", action="append", help="only this topic; repeatable (default: all)")
+    mirror.add_argument("--master", default="local[*]", help="the Spark master (default local[*])")
+    mirror.add_argument("--conf", action="append", metavar="KEY=VALUE", help="a Spark setting; repeatable")
+    mirror.add_argument(
+        "--value-schema", action="append", metavar="TOPIC=DDL", help="typed columns from JSON values; repeatable"
+    )
+    mirror.add_argument("--status", action="store_true", help="per partition: log end, mirrored offset and lag")
+    mirror.set_defaults(func=_mirror)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -31,7 +31,9 @@ request; a SASL connection's principal comes from its exchange with one of the
 ``brokkr_quota_throttle_ms`` result) is sent at once and its connection is then not read
 for that long (KIP-219).
 Start-up hooks (``brokkr_config_definitions``, ``brokkr_codecs``, ``brokkr_open_storage``,
-``brokkr_sasl_mechanisms``) run once per broker start.
+``brokkr_sasl_mechanisms``) run once per broker start. Retention asks
+``brokkr_sink_mirrored_offset`` per partition, so that no sink loses a segment it has not
+mirrored.
 
 Rule for every hook: never called once per record. Implementations that pick an
 implementation (codecs, storage) return objects the core keeps and calls directly.
@@ -384,4 +386,29 @@ def brokkr_segment_rolled(partition: Partition, segment: SegmentInfo, broker: Br
 
     Called once per roll. ``segment`` describes the closed segment, which will not
     change again (until retention deletes it); sinks mirror closed segments from here.
+    """
+
+
+@hookspec
+def brokkr_sink_mirrored_offset(partition: Partition, broker: Broker) -> int | None:
+    """How far a sink has mirrored ``partition``: every offset below the result is stored
+    durably at the sink's destination (see :mod:`brokkr.core.sinks`).
+
+    Called by retention (every ``log.retention.check.interval.ms``) for each partition.
+    Retention never drops a segment holding an offset at or above the smallest result, so
+    a segment is not deleted before every sink has mirrored it. Answer quickly, from what
+    the sink already knows (no I/O to the destination).
+
+    :param partition: The partition retention is looking at.
+    :param broker: The broker.
+    :return: The offset mirrored up to (exclusive), or ``None`` when the sink does not
+        mirror this partition or lets retention proceed regardless. All results are used.
+
+    Example, a sink that has mirrored everything below offset 100 of ``orders-0``::
+
+        @hookimpl
+        def brokkr_sink_mirrored_offset(partition, broker):
+            if (partition.topic.name, partition.index) == ("orders", 0):
+                return 100
+            return None
     """

@@ -38,6 +38,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.plugins.auth.acl",
     "brokkr.plugins.quota.unlimited",
     "brokkr.plugins.quota.client_quotas",
+    "brokkr.plugins.sinks.spark.sink",
 )
 
 #: Cannot be blocked: without them the broker cannot parse a request.

@@ -123,6 +123,11 @@ class EveryHook:
         self.calls["brokkr_segment_rolled"] += 1
         assert segment.next_offset > segment.base_offset
 
+    @hookimpl
+    def brokkr_sink_mirrored_offset(self, partition):
+        self.calls["brokkr_sink_mirrored_offset"] += 1
+        return None
+
 
 def test_a_plugin_implementing_every_hook_sees_every_hook_called(brokkr_broker_factory):
     plugin = EveryHook()
@@ -143,6 +148,7 @@ def test_a_plugin_implementing_every_hook_sees_every_hook_called(brokkr_broker_f
             29, 3, request_spec(29).cls(resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1)
         )
         c.request(48, 1, request_spec(48).cls(components=[]))
+    broker.call(lambda: broker.broker.apply_retention(now_ms=2**62))  # every closed segment is past retention.ms
     broker.stop()
     assert set(HOOKS) == set(plugin.calls), f"never called: {set(HOOKS) - set(plugin.calls)}"
     assert plugin.calls["brokkr_segment_rolled"] >= 2

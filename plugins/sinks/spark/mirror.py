@@ -1,0 +1,398 @@
+"""The mirror: Kafka-format segments into Parquet files of a lake, exactly once, through Spark.
+
+Layout (``lake`` is a local directory or any URI Spark writes)::
+
+    <lake>/<topic>/partition=<p>/<topic>-<p>-<first:020d>-<last:020d>.parquet/   (Spark's output)
+    <commit dir>/<topic>-<p>.json                                            (the commit log)
+
+Each mirrored range ``[first, last]`` of offsets is written by Spark in ``overwrite`` mode
+to a directory named after it, from the brokkr data source (``format("brokkr")``, with
+the columns of Spark's Kafka source except ``partition``, which the path carries, Hive
+style). Only once that write has succeeded is the partition's commit log replaced
+(atomically: temp file, fsync, rename) with the new *mirrored offset* ``last + 1``. Every
+range starts at the committed offset, so committed files never overlap and never leave a
+gap. A crash or kill between the write and the commit leaves at most files starting at or
+above the committed offset; they are deleted before the next write of that partition
+(and the next write of the same range overwrites it anyway). So after any crash and a
+restart, each offset is in exactly one committed file.
+
+The commit log lives on a local filesystem: ``<lake>/_brokkr_commits`` for a local lake,
+else the directory given as ``commit_dir``.
+
+Run as ``python -m brokkr.plugins.sinks.spark.mirror --work FILE ...`` by the sink (see
+:mod:`brokkr.plugins.sinks.spark.sink`), it follows the work file the broker keeps and
+mirrors at its own pace; ``brokkr mirror`` uses :func:`backfill` and :func:`status`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+log = logging.getLogger("brokkr.sink.spark")
+
+COMMITS = "_brokkr_commits"
+#: Fault injection for the crash tests: the path of a marker file; the first write that
+#: finds it missing creates it and exits the process between the Parquet write and the commit.
+CRASH_ONCE_ENV = "BROKKR_MIRROR_CRASH_ONCE"
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+
+
+def local_path(uri: str) -> Path | None:
+    """The local path of ``uri`` (a plain path or a ``file:`` URI), else None."""
+    if uri.startswith("file://"):
+        return Path(uri[len("file://") :])
+    if uri.startswith("file:"):
+        return Path(uri[len("file:") :])
+    if "://" in uri:
+        return None
+    return Path(uri)
+
+
+def default_commit_dir(lake: str, commit_dir: str | None = None) -> Path:
+    if commit_dir:
+        return Path(commit_dir)
+    local = local_path(lake)
+    if local is None:
+        raise ValueError(f"the lake {lake} is not local: give a local commit directory (brokkr.sink.commit.dir)")
+    return local / COMMITS
+
+
+def data_name(topic: str, partition: int, first: int, last: int) -> str:
+    return f"{topic}-{partition}-{first:020d}-{last:020d}.parquet"
+
+
+def parse_data_name(name: str) -> tuple[str, int, int, int] | None:
+    if not name.endswith(".parquet"):
+        return None
+    parts = name[: -len(".parquet")].rsplit("-", 3)
+    if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
+        return None
+    return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+
+
+class CommitLog:
+    """Per topic-partition, the offset mirrored up to (exclusive) and the files holding it."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+
+    def _path(self, topic: str, partition: int) -> Path:
+        return self.directory / f"{topic}-{partition}.json"
+
+    def read(self, topic: str, partition: int) -> dict[str, Any]:
+        try:
+            return json.loads(self._path(topic, partition).read_text())
+        except FileNotFoundError:
+            return {"topic": topic, "partition": partition, "mirrored_offset": 0, "files": []}
+
+    def mirrored_offset(self, topic: str, partition: int) -> int:
+        return self.read(topic, partition)["mirrored_offset"]
+
+    def commit(
+        self, topic: str, partition: int, first: int, end: int, name: str, unparsable: int | None = None
+    ) -> None:
+        entry = self.read(topic, partition)
+        new = {"name": name, "first": first, "last": end - 1}
+        if unparsable is not None:
+            new["unparsable"] = unparsable
+            entry["unparsable"] = sum(f.get("unparsable", 0) for f in entry["files"] if f["first"] < first) + unparsable
+        entry["files"] = [f for f in entry["files"] if f["first"] < first] + [new]
+        entry["mirrored_offset"] = end
+        entry["updated_ms"] = int(time.time() * 1000)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        _write_atomically(self._path(topic, partition), json.dumps(entry, indent=1).encode())
+
+    def all(self) -> dict[tuple[str, int], int]:
+        out = {}
+        if self.directory.is_dir():
+            for path in self.directory.glob("*.json"):
+                entry = json.loads(path.read_text())
+                out[(entry["topic"], entry["partition"])] = entry["mirrored_offset"]
+        return out
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    from brokkr.plugins.storage.segment.files import write_atomically
+
+    write_atomically(path, data)
+
+
+# -- the log side -----------------------------------------------------------------------
+
+
+@attrs.frozen
+class Range:
+    """Offsets [start, end) of one partition, read from the segment file ``path``."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    path: str
+    size: int = 0
+
+
+def log_end_offset(path: str | Path) -> int:
+    """One past the last offset of a ``.log`` segment (its base offset if empty)."""
+    from brokkr.core.protocol.records import iter_batches_untrusted
+
+    end = int(Path(path).name.split(".")[0])
+    for header in iter_batches_untrusted(Path(path).read_bytes()):
+        end = header.last_offset + 1
+    return end
+
+
+def scan_log_dir(log_dir: str | Path, topics: Iterable[str] = ()) -> dict[tuple[str, int], list[Path]]:
+    """The ``.log`` segments of every partition directory, oldest first."""
+    wanted = set(topics)
+    out: dict[tuple[str, int], list[Path]] = {}
+    for d in sorted(Path(log_dir).iterdir()):
+        m = _PARTITION_DIR.match(d.name)
+        if not d.is_dir() or m is None or (wanted and m["topic"] not in wanted):
+            continue
+        logs = sorted(d.glob("*.log"), key=lambda p: int(p.name.split(".")[0]))
+        if logs:
+            out[(m["topic"], int(m["partition"]))] = logs
+    return out
+
+
+def log_ranges(log_dir: str | Path, topics: Iterable[str] = ()) -> dict[tuple[str, int], list[Range]]:
+    """Every segment of a (stopped or running) broker's log dir, as ranges: a closed
+    segment ends where the next begins; the last one at its last batch."""
+    out = {}
+    for (topic, partition), logs in scan_log_dir(log_dir, topics).items():
+        bases = [int(p.name.split(".")[0]) for p in logs]
+        ends = [*bases[1:], log_end_offset(logs[-1])]
+        out[(topic, partition)] = [
+            Range(topic, partition, b, e, str(p), p.stat().st_size) for b, e, p in zip(bases, ends, logs)
+        ]
+    return out
+
+
+# -- the lake side ----------------------------------------------------------------------
+
+
+class Mirror:
+    """Writes ranges of segments to the lake and commits them (see the module docstring)."""
+
+    def __init__(
+        self,
+        spark: Any,
+        lake: str,
+        commit_dir: str | Path | None = None,
+        value_schemas: Mapping[str, str] | None = None,
+    ):
+        self.spark = spark
+        self.lake = lake.rstrip("/")
+        #: Per topic, a Spark DDL schema of its JSON values: adds typed columns.
+        self.value_schemas = dict(value_schemas or {})
+        self.commits = CommitLog(default_commit_dir(lake, str(commit_dir) if commit_dir else None))
+
+    def partition_dir(self, topic: str, partition: int) -> str:
+        return f"{self.lake}/{topic}/partition={partition}"
+
+    def mirror(self, r: Range) -> int:
+        """Mirror what ``r`` holds beyond the committed offset; return the records' count
+        of offsets newly committed (0 if nothing was to do)."""
+        committed = self.commits.mirrored_offset(r.topic, r.partition)
+        if r.end <= committed:
+            return 0
+        start = max(r.start, committed)
+        if start > committed:
+            log.warning(
+                "%s-%d: offsets %d..%d are gone from the log, not mirrored", r.topic, r.partition, committed, start
+            )
+        self._remove_uncommitted(r.topic, r.partition, committed)
+        name = data_name(r.topic, r.partition, start, r.end - 1)
+        df = (
+            self.spark.read.format("brokkr")
+            .option("topic", r.topic)
+            .option("startingOffset", str(start))
+            .option("endingOffset", str(r.end))
+            .load(r.path)
+        )
+        df = df.drop("partition")
+        ddl = self.value_schemas.get(r.topic)
+        if ddl:
+            df = with_parsed_values(df, ddl)
+        target = f"{self.partition_dir(r.topic, r.partition)}/{name}"
+        df.write.mode("overwrite").parquet(target)
+        unparsable = self.spark.read.parquet(target).where("value_parse_error").count() if ddl else None
+        _maybe_crash()
+        self.commits.commit(r.topic, r.partition, start, r.end, name, unparsable)
+        log.info("mirrored %s-%d offsets %d..%d", r.topic, r.partition, start, r.end - 1)
+        if unparsable:
+            log.warning(
+                "%s-%d: %d values did not parse as %s (kept as raw bytes)", r.topic, r.partition, unparsable, ddl
+            )
+        return r.end - start
+
+    def _remove_uncommitted(self, topic: str, partition: int, committed: int) -> None:
+        """Delete what a crash left between a Parquet write and its commit."""
+        jvm = self.spark.sparkContext._jvm
+        path = jvm.org.apache.hadoop.fs.Path(self.partition_dir(topic, partition))
+        fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        if not fs.exists(path):
+            return
+        for st in fs.listStatus(path):
+            parsed = parse_data_name(st.getPath().getName())
+            if parsed is not None and parsed[:2] == (topic, partition) and parsed[2] >= committed:
+                log.info("removing uncommitted %s", st.getPath().toString())
+                fs.delete(st.getPath(), True)
+
+
+CORRUPT_COLUMN = "_brokkr_unparsed"
+
+
+def with_parsed_values(df: Any, ddl: str) -> Any:
+    """``df`` plus ``value_parsed`` (the JSON value parsed with the Spark DDL schema ``ddl``)
+    and ``value_parse_error`` (true for a value that is not null and does not parse; its
+    ``value_parsed`` is null, and ``value`` keeps its bytes as for every record)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType.fromDDL(ddl)
+    with_corrupt = StructType([*schema.fields, StructField(CORRUPT_COLUMN, StringType())])
+    parsed = F.from_json(
+        F.col("value").cast("string"), with_corrupt, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
+    )
+    df = df.withColumn("_brokkr_parsed", parsed)
+    error = F.col("value").isNotNull() & (
+        F.col("_brokkr_parsed").isNull() | F.col(f"_brokkr_parsed.{CORRUPT_COLUMN}").isNotNull()
+    )
+    fields = [F.col(f"_brokkr_parsed.`{f.name}`").alias(f.name) for f in schema.fields]
+    return (
+        df.withColumn("value_parse_error", error)
+        .withColumn("value_parsed", F.when(~error & F.col("value").isNotNull(), F.struct(*fields)))
+        .drop("_brokkr_parsed")
+    )
+
+
+def _maybe_crash() -> None:
+    marker = os.environ.get(CRASH_ONCE_ENV)
+    if marker and not os.path.exists(marker):
+        Path(marker).write_text("crashed after a Parquet write, before its commit\n")
+        os._exit(75)
+
+
+def spark_session(master: str, app_name: str, conf: Mapping[str, str] | None = None) -> Any:
+    """A SparkSession with the brokkr data source registered; workers run this Python."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from brokkr.plugins.sinks.spark import session
+
+    spark = session(master=master, app_name=app_name, conf=dict(conf or {}))
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+# -- brokkr mirror ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class PartitionStatus:
+    topic: str
+    partition: int
+    log_end_offset: int
+    mirrored_offset: int
+
+    @property
+    def lag(self) -> int:
+        return max(self.log_end_offset - self.mirrored_offset, 0)
+
+
+def status(log_dir: str | Path, lake: str, commit_dir: str | None = None, topics: Iterable[str] = ()) -> list:
+    """Per partition of ``log_dir``: its log end offset, the offset mirrored up to, the lag."""
+    commits = CommitLog(default_commit_dir(lake, commit_dir))
+    out = []
+    for (topic, partition), ranges in sorted(log_ranges(log_dir, topics).items()):
+        out.append(PartitionStatus(topic, partition, ranges[-1].end, commits.mirrored_offset(topic, partition)))
+    return out
+
+
+def backfill(
+    mirror: Mirror, log_dir: str | Path, topics: Iterable[str] = (), progress: Callable[[int], None] | None = None
+) -> Iterator[Range]:
+    """Mirror every segment of ``log_dir`` not yet committed; ``progress`` is told the
+    bytes of log done after each range (for a progress bar). Yields each range done."""
+    for (_topic, _partition), ranges in sorted(log_ranges(log_dir, topics).items()):
+        for r in ranges:
+            if r.end > r.start:
+                mirror.mirror(r)
+            if progress is not None:
+                progress(r.size)
+            yield r
+
+
+# -- the sink's mirror process ----------------------------------------------------------
+
+
+def follow(mirror: Mirror, work_file: Path, poll_s: float, active_interval_s: float, stop: Callable[[], bool]) -> None:
+    """Mirror what the broker's work file lists until ``stop()``: closed segments as soon
+    as they are listed, the active segment up to the high watermark every
+    ``active_interval_s``."""
+    last_active: dict[tuple[str, int], float] = {}
+    while not stop():
+        try:
+            work = json.loads(work_file.read_text())
+        except (FileNotFoundError, ValueError):
+            work = {"partitions": []}
+        for p in work["partitions"]:
+            topic, partition = p["topic"], p["partition"]
+            for base, end, path in p["closed"]:
+                if stop():
+                    return
+                mirror.mirror(Range(topic, partition, base, end, path))
+            active = p.get("active")
+            now = time.monotonic()
+            if active and now - last_active.get((topic, partition), 0.0) >= active_interval_s:
+                last_active[(topic, partition)] = now
+                base, path = active
+                hw = p["high_watermark"]
+                if hw > base and not stop():
+                    mirror.mirror(Range(topic, partition, base, hw, path))
+        deadline = time.monotonic() + poll_s
+        while not stop() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the Spark sink's mirror process")
+    parser.add_argument("--work", required=True, help="the work file the broker keeps")
+    parser.add_argument("--lake", required=True)
+    parser.add_argument("--commit-dir")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--app-name", default="brokkr-mirror")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--poll-ms", type=int, default=1000)
+    parser.add_argument("--active-interval-ms", type=int, default=60000)
+    parser.add_argument("--value-schema", action="append", default=[], metavar="TOPIC=DDL")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    conf = dict(item.split("=", 1) for item in args.conf)
+    spark = spark_session(args.master, args.app_name, conf)
+    try:
+        schemas = dict(item.split("=", 1) for item in args.value_schema)
+        mirror = Mirror(spark, args.lake, args.commit_dir, schemas)
+        follow(mirror, Path(args.work), args.poll_ms / 1000, args.active_interval_ms / 1000, lambda: bool(stopping))
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+"""The Spark Parquet sink: mirrors partitions into a lake beside the broker.
+
+Off unless ``brokkr.sink.lake`` is set. The broker side (this plugin) only *records work*
+from the observer hooks, closed segments (``brokkr_segment_rolled``, and those found at
+start) and high watermarks, and every ``brokkr.sink.poll.ms`` writes it to a work file
+(``brokkr-sink-spark-work.json`` in the first log dir, atomically, off the event loop)
+and reads back the commit logs. The copying is done by a separate process
+(``python -m brokkr.plugins.sinks.spark.mirror``, :mod:`.mirror`) with its own Spark
+driver, which catches up at its own pace; the plugin restarts it if it dies. So a slow
+lake never slows the broker, and with ``brokkr.sink.retention.wait=true`` (the default)
+retention keeps every segment until it is mirrored (``brokkr_sink_mirrored_offset``).
+Needs a storage with segment files (the default ``segment`` one). Spark settings come
+from ``brokkr.sink.spark.*`` (``conf.<key>`` for any Spark setting, passed as given), value
+schemas from ``brokkr.sink.value.schema.<topic>``; these prefixed names are not declared
+settings, so the broker logs them as unknown once at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from brokkr.core.config import ConfigDef, ConfigType
+from brokkr.core.plugins import hookimpl
+from brokkr.core.sinks import SinkProgress
+
+from .mirror import CommitLog, default_commit_dir
+
+if TYPE_CHECKING:
+    from brokkr.core.broker import Broker
+    from brokkr.core.log import SegmentInfo
+    from brokkr.core.partition import Partition
+
+log = logging.getLogger("brokkr.sink.spark")
+
+CONF_PREFIX = "brokkr.sink.spark.conf."
+#: ``brokkr.sink.value.schema.<topic>=<Spark DDL>``: typed columns parsed from JSON values.
+SCHEMA_PREFIX = "brokkr.sink.value.schema."
+WORK_FILE = "brokkr-sink-spark-work.json"
+
+CONFIGS = [
+    ConfigDef(
+        "brokkr.sink.lake",
+        ConfigType.STRING,
+        None,
+        "Where the Spark sink mirrors to (a directory or a URI Spark writes); unset: no sink.",
+    ),
+    ConfigDef(
+        "brokkr.sink.commit.dir",
+        ConfigType.STRING,
+        None,
+        "The local directory of the sink's commit logs (default <lake>/_brokkr_commits).",
+    ),
+    ConfigDef("brokkr.sink.topics", ConfigType.LIST, [], "The topics to mirror (default: all)."),
+    ConfigDef(
+        "brokkr.sink.active.interval.ms",
+        ConfigType.LONG,
+        60000,
+        "How often the active segment is mirrored up to the high watermark.",
+    ),
+    ConfigDef(
+        "brokkr.sink.poll.ms",
+        ConfigType.LONG,
+        1000,
+        "How often work is handed to the mirror process and its progress read.",
+    ),
+    ConfigDef(
+        "brokkr.sink.retention.wait",
+        ConfigType.BOOLEAN,
+        True,
+        "Retention keeps segments the sink has not mirrored yet.",
+    ),
+    ConfigDef("brokkr.sink.spark.master", ConfigType.STRING, "local[*]", "The Spark master of the mirror process."),
+    ConfigDef("brokkr.sink.spark.app.name", ConfigType.STRING, "brokkr-mirror", "The Spark application name."),
+]
+
+
+@hookimpl
+def brokkr_config_definitions() -> list[ConfigDef]:
+    return CONFIGS
+
+
+class SparkSink:
+    """One broker's sink: the recorded work, the mirror process, the mirrored offsets."""
+
+    def __init__(self, broker: Broker):
+        config = broker.config
+        self.broker = broker
+        self.lake: str = config["brokkr.sink.lake"]
+        self.topics = set(config["brokkr.sink.topics"])
+        self.commit_dir = default_commit_dir(self.lake, config["brokkr.sink.commit.dir"])
+        self.commits = CommitLog(self.commit_dir)
+        self.poll_s = config["brokkr.sink.poll.ms"] / 1000
+        self.retention_wait: bool = config["brokkr.sink.retention.wait"]
+        self.progress = SinkProgress()
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        dirs = config["log.dirs"]
+        self.work_file = Path(dirs[0] if isinstance(dirs, list) else str(dirs).split(",")[0].strip()) / WORK_FILE
+        conf = {k[len(CONF_PREFIX) :]: str(v) for k, v in config.explicit.items() if k.startswith(CONF_PREFIX)}
+        self.command = [
+            sys.executable,
+            "-m",
+            "brokkr.plugins.sinks.spark.mirror",
+            "--work",
+            str(self.work_file),
+            "--lake",
+            self.lake,
+            "--commit-dir",
+            str(self.commit_dir),
+            "--master",
+            config["brokkr.sink.spark.master"],
+            "--app-name",
+            config["brokkr.sink.spark.app.name"],
+            "--poll-ms",
+            str(config["brokkr.sink.poll.ms"]),
+            "--active-interval-ms",
+            str(config["brokkr.sink.active.interval.ms"]),
+            *(f"--conf={k}={v}" for k, v in sorted(conf.items())),
+            *(
+                f"--value-schema={k[len(SCHEMA_PREFIX) :]}={v}"
+                for k, v in sorted(config.explicit.items())
+                if k.startswith(SCHEMA_PREFIX)
+            ),
+        ]
+        self.process: subprocess.Popen | None = None
+        self.restarts = 0
+        self._task: asyncio.Task | None = None
+
+    def wants(self, partition: Partition) -> bool:
+        return not self.topics or partition.topic.name in self.topics
+
+    def track(self, partition: Partition) -> None:
+        key = (partition.topic.name, partition.index)
+        if self.partitions.get(key) is not partition:  # new, or its topic was deleted and created again
+            self.partitions[key] = partition
+            self.progress.work.pop(key, None)
+            self.progress.seed(*key, partition.log.segments(), partition.high_watermark)
+
+    # -- the loop's side: only recording, and a tick every poll.ms ------------------------
+
+    def start(self) -> None:
+        for topic in self.broker.topics.values():
+            for p in topic.partitions:
+                if self.wants(p):
+                    self.track(p)
+        self._refresh(self._work_document())
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="brokkr-sink-spark")
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                self._supervise()
+                await loop.run_in_executor(None, self._refresh, self._work_document())
+            except Exception:
+                log.exception("the Spark sink's tick failed")
+            await asyncio.sleep(self.poll_s)
+
+    def _work_document(self) -> bytes:
+        parts = []
+        for (topic, index), p in sorted(self.partitions.items()):
+            if p.topic.name not in self.broker.topics or self.broker.topics[p.topic.name] is not p.topic:
+                continue  # deleted
+            work = self.progress.work[(topic, index)]
+            active = p.log.segments()[-1]
+            parts.append(
+                {
+                    "topic": topic,
+                    "partition": index,
+                    "closed": [[s.base_offset, s.next_offset, s.path] for s in sorted(work.closed, key=_base)],
+                    "active": [active.base_offset, active.path] if active.path else None,
+                    "high_watermark": work.high_watermark,
+                }
+            )
+        return json.dumps({"updated_ms": int(time.time() * 1000), "partitions": parts}).encode()
+
+    def _refresh(self, work: bytes) -> None:
+        """Off the loop: hand the work over, read what is mirrored."""
+        from brokkr.plugins.storage.segment.files import write_atomically
+
+        write_atomically(self.work_file, work)
+        for (topic, index), offset in self.commits.all().items():
+            self.progress.mark_mirrored(topic, index, offset)
+
+    def _supervise(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            return
+        if self.process is not None:
+            self.restarts += 1
+            log.warning("the mirror process exited with %s; restarting it", self.process.returncode)
+        env = dict(os.environ, PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
+        self.process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL)
+        log.info("mirror process %d started for the lake %s", self.process.pid, self.lake)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        try:
+            self._refresh(self._work_document())
+        except Exception:
+            log.exception("the Spark sink's last hand-over failed")
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _base(s: SegmentInfo) -> int:
+    return s.base_offset
+
+
+_sinks: weakref.WeakKeyDictionary[Broker, SparkSink] = weakref.WeakKeyDictionary()
+
+
+def sink_of(broker: Broker) -> SparkSink | None:
+    """The broker's running Spark sink, if any."""
+    return _sinks.get(broker)
+
+
+@hookimpl
+def brokkr_broker_started(broker: Broker) -> None:
+    if not broker.config["brokkr.sink.lake"]:
+        return
+    sink = SparkSink(broker)
+    _sinks[broker] = sink
+    sink.start()
+
+
+@hookimpl
+def brokkr_broker_stopping(broker: Broker) -> None:
+    sink = _sinks.pop(broker, None)
+    if sink is not None:
+        sink.stop()
+
+
+@hookimpl
+def brokkr_segment_rolled(partition: Partition, segment: SegmentInfo, broker: Broker) -> None:
+    sink = _sinks.get(broker)
+    if sink is not None and sink.wants(partition):
+        sink.track(partition)
+        sink.progress.segment_closed(partition.topic.name, partition.index, segment)
+
+
+@hookimpl
+def brokkr_high_watermark_advanced(partition: Partition, old: int, new: int, broker: Broker) -> None:
+    sink = _sinks.get(broker)
+    if sink is not None and sink.wants(partition):
+        sink.track(partition)
+        sink.progress.high_watermark(partition.topic.name, partition.index, new)
+
+
+@hookimpl
+def brokkr_sink_mirrored_offset(partition: Partition, broker: Broker) -> int | None:
+    sink = _sinks.get(broker)
+    if sink is None or not sink.retention_wait or not sink.wants(partition):
+        return None
+    return sink.progress.mirrored_offset(partition.topic.name, partition.index)
