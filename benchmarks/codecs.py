@@ -34,23 +34,18 @@ from functools import partial
 
 import attrs
 from brokkr.core.compression import Codec
-from brokkr.core.errors import ErrorCode
-from brokkr.core.protocol.frames import encode_request, request_spec
 from brokkr.core.protocol.records import HEADER_SIZE, build_batch
-from brokkr.core.testing import RawClient
 from brokkr.plugins.codecs.gzip import GzipCodec
 from brokkr.plugins.codecs.lz4 import Lz4Codec
 from brokkr.plugins.codecs.none import NoneCodec
 from brokkr.plugins.codecs.snappy import SnappyCodec
 from brokkr.plugins.codecs.zstd import ZstdCodec
-from produce import cpu_seconds, create_topic, free_port, start_broker, stop_broker
+from produce import create_topic, free_port, start_broker, stop_broker
+from raw_produce import PRODUCE_VERSION, produce_frame, timed_run
 
-PRODUCE = 0
-PRODUCE_VERSION = 9
 CODECS: dict[str, Codec] = {c.name: c for c in (NoneCodec(), GzipCodec(), SnappyCodec(), Lz4Codec(), ZstdCodec())}
 COMPRESSED = [name for name in CODECS if name != "none"]
 RAW_TIMING_S = 0.3  # per codec operation
-RUN_TIMEOUT_S = 120.0
 
 
 @attrs.frozen
@@ -107,31 +102,6 @@ def event_records(count: int, value_size: int, seed: int = 7) -> list[tuple[byte
     return records
 
 
-def produce_frame(topic: str, batch: bytes) -> bytes:
-    spec = request_spec(PRODUCE)
-    data = spec.struct("PartitionProduceData")(index=0, records=batch)
-    topic_data = spec.struct("TopicProduceData")(name=topic, partition_data=[data])
-    body = spec.cls(acks=1, timeout_ms=30000, topic_data=[topic_data])
-    return encode_request(PRODUCE, PRODUCE_VERSION, 1, "brokkr-bench", body)
-
-
-def send_requests(client: RawClient, frame: bytes, n: int, in_flight: int) -> None:
-    """Send ``frame`` n times, keeping up to ``in_flight`` unanswered; every answer must be a success."""
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    sent = answered = 0
-    while answered < n:
-        while sent < n and sent - answered < in_flight:
-            client.sock.sendall(frame)
-            sent += 1
-        _, response = client.receive(PRODUCE, PRODUCE_VERSION)
-        part = response.responses[0].partition_responses[0]
-        if part.error_code != ErrorCode.NONE:
-            raise RuntimeError(f"produce failed: {ErrorCode(part.error_code).name}: {part.error_message}")
-        answered += 1
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{n - answered} request(s) unanswered after {RUN_TIMEOUT_S:.0f}s")
-
-
 def run_case(bootstrap: str, pid: int, case: Case, topic: str, section: bytes, records, args) -> dict:
     config = {"compression.type": case.topic_type}
     if case.log_append_time:
@@ -141,14 +111,7 @@ def run_case(bootstrap: str, pid: int, case: Case, topic: str, section: bytes, r
     payload = None if case.codec == "none" else codec.compress(section)
     batch = build_batch(records, timestamp=int(time.time() * 1000), attributes=codec.id, compressed_payload=payload)
     frame = produce_frame(topic, batch)
-    with RawClient(bootstrap, timeout=RUN_TIMEOUT_S) as client:
-        send_requests(client, frame, args.warmup, args.in_flight)
-        cpu_before = cpu_seconds(pid)
-        start = time.perf_counter()
-        send_requests(client, frame, args.requests, args.in_flight)
-        elapsed = time.perf_counter() - start
-        cpu_after = cpu_seconds(pid)
-    cpu = None if cpu_before is None or cpu_after is None else 100 * (cpu_after - cpu_before) / elapsed
+    elapsed, cpu = timed_run(bootstrap, pid, frame, args.warmup, args.requests, args.in_flight)
     return {
         "records_per_s": args.requests * len(records) / elapsed,
         "mb_per_s": args.requests * len(section) / elapsed / 1e6,

@@ -45,8 +45,7 @@ from brokkr.core.authorization import AclBinding, AclOperation, AclPermissionTyp
 from brokkr.core.broker import Broker
 from brokkr.core.context import ANONYMOUS, ConnectionInfo, RequestContext
 from brokkr.core.dispatch import handle_frame_with_throttle
-from brokkr.core.errors import ErrorCode
-from brokkr.core.protocol.frames import encode_request, request_spec
+from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import build_batch
 from brokkr.core.testing import RawClient
 from brokkr.plugins.auth.acl import AclAuthorizer
@@ -55,10 +54,10 @@ from brokkr.plugins.storage.memory import MemoryStorage
 from confluent_kafka import KafkaException
 from confluent_kafka import admin as ck
 from confluent_kafka.admin import AdminClient
-from produce import cpu_seconds, create_topic, free_port, start_broker, stop_broker
+from produce import create_topic, free_port, start_broker, stop_broker
+from raw_produce import produce_frame, timed_run
 
 CLIENT_ID = "brokkr-bench"
-PRODUCE, PRODUCE_VERSION = 0, 9
 TOPIC_PREFIX = "bench-"
 ALTER_QUOTAS = 49
 QUOTAS = {  # entity -> settings, large enough never to throttle
@@ -123,41 +122,8 @@ def secure(bootstrap: str, acls: list[AclBinding]) -> None:
             raise RuntimeError(f"AlterClientQuotas failed: {[e.error_message for e in answer.entries]}")
 
 
-def produce_frame(topic: str, batch: bytes) -> bytes:
-    spec = request_spec(PRODUCE)
-    partition = spec.struct("PartitionProduceData")(index=0, records=batch)
-    topic_data = [spec.struct("TopicProduceData")(name=topic, partition_data=[partition])]
-    return encode_request(
-        PRODUCE, PRODUCE_VERSION, 1, CLIENT_ID, spec.cls(acks=1, timeout_ms=30000, topic_data=topic_data)
-    )
-
-
-def send_requests(client: RawClient, frame: bytes, n: int, in_flight: int) -> None:
-    """Send ``frame`` n times, ``in_flight`` unanswered at most; each answer must be a success."""
-    deadline = time.monotonic() + 120
-    sent = answered = 0
-    while answered < n:
-        while sent < n and sent - answered < in_flight:
-            client.sock.sendall(frame)
-            sent += 1
-        response = client.receive(PRODUCE, PRODUCE_VERSION)[1]
-        answered += 1
-        code = response.responses[0].partition_responses[0].error_code
-        if code or response.throttle_time_ms:
-            raise RuntimeError(f"produce answered {ErrorCode(code).name}, throttle {response.throttle_time_ms} ms")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{n - answered} request(s) unanswered after 120 s")
-
-
 def run(bootstrap: str, pid: int, frame: bytes, args, records: int) -> dict:
-    with RawClient(bootstrap, timeout=120) as client:
-        send_requests(client, frame, args.warmup, args.in_flight)
-        cpu_before = cpu_seconds(pid)
-        start = time.perf_counter()
-        send_requests(client, frame, args.requests, args.in_flight)
-        elapsed = time.perf_counter() - start
-        cpu_after = cpu_seconds(pid)
-    cpu = None if cpu_before is None or cpu_after is None else 100 * (cpu_after - cpu_before) / elapsed
+    elapsed, cpu = timed_run(bootstrap, pid, frame, args.warmup, args.requests, args.in_flight)
     return {
         "requests_per_s": args.requests / elapsed,
         "mb_per_s": args.requests * records * args.value_size / elapsed / 1e6,
@@ -294,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     frames = {}
     for n in sizes:
         records = [(b"key-%d" % i, b"v" * args.value_size) for i in range(n)]
-        frames[n] = produce_frame(f"{TOPIC_PREFIX}{n}", build_batch(records, timestamp=int(time.time() * 1000)))
+        frames[n] = produce_frame(
+            f"{TOPIC_PREFIX}{n}", build_batch(records, timestamp=int(time.time() * 1000)), CLIENT_ID
+        )
     for repeat in range(args.repeat):
         # Fresh broker processes each time: two processes of one configuration differ by up to
         # ~10% on a shared VM, so a mode must not keep one process's luck for the whole run.

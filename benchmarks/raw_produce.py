@@ -1,0 +1,59 @@
+"""Raw pipelined Produce requests, shared by the benchmarks that drive a broker without a
+client library (codecs.py, security.py)."""
+
+from __future__ import annotations
+
+import time
+
+from brokkr.core.errors import ErrorCode
+from brokkr.core.protocol.frames import encode_request, request_spec
+from brokkr.core.testing import RawClient
+from produce import cpu_seconds
+
+PRODUCE = 0
+PRODUCE_VERSION = 9
+RUN_TIMEOUT_S = 120.0
+
+
+def produce_frame(topic: str, batch: bytes, client_id: str = "brokkr-bench") -> bytes:
+    """One Produce v9 request (acks=1) of ``batch`` to partition 0 of ``topic``."""
+    spec = request_spec(PRODUCE)
+    data = spec.struct("PartitionProduceData")(index=0, records=batch)
+    topic_data = spec.struct("TopicProduceData")(name=topic, partition_data=[data])
+    body = spec.cls(acks=1, timeout_ms=30000, topic_data=[topic_data])
+    return encode_request(PRODUCE, PRODUCE_VERSION, 1, client_id, body)
+
+
+def timed_run(bootstrap: str, pid: int, frame: bytes, warmup: int, requests: int, in_flight: int):
+    """(seconds, broker CPU % of one core or None) for ``requests`` pipelined sends of
+    ``frame``, after ``warmup`` untimed ones."""
+    with RawClient(bootstrap, timeout=RUN_TIMEOUT_S) as client:
+        send_requests(client, frame, warmup, in_flight)
+        cpu_before = cpu_seconds(pid)
+        start = time.perf_counter()
+        send_requests(client, frame, requests, in_flight)
+        elapsed = time.perf_counter() - start
+        cpu_after = cpu_seconds(pid)
+    cpu = None if cpu_before is None or cpu_after is None else 100 * (cpu_after - cpu_before) / elapsed
+    return elapsed, cpu
+
+
+def send_requests(client: RawClient, frame: bytes, n: int, in_flight: int) -> None:
+    """Send ``frame`` n times, keeping up to ``in_flight`` unanswered; every answer must be a
+    success, unthrottled."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    sent = answered = 0
+    while answered < n:
+        while sent < n and sent - answered < in_flight:
+            client.sock.sendall(frame)
+            sent += 1
+        _, response = client.receive(PRODUCE, PRODUCE_VERSION)
+        part = response.responses[0].partition_responses[0]
+        if part.error_code != ErrorCode.NONE or response.throttle_time_ms:
+            raise RuntimeError(
+                f"produce failed: {ErrorCode(part.error_code).name}: {part.error_message}, "
+                f"throttled {response.throttle_time_ms} ms"
+            )
+        answered += 1
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{n - answered} request(s) unanswered after {RUN_TIMEOUT_S:.0f}s")
