@@ -82,9 +82,9 @@ from brokkr.core.protocol.records import (
     MAGIC_OFFSET,
     _record_at,
     crc_ok,
-    iter_batches_untrusted,
 )
 from brokkr.plugins.storage.segment.files import INDEX_SUFFIX, parse_partition_dir
+from brokkr.plugins.storage.segment.segment import scan_batches
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (
     ArrayType,
@@ -125,7 +125,6 @@ INT32_MAX = 2**31 - 1
 _SEGMENT = re.compile(r"^(\d{20})\.log$")
 _INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
 _INDEX_ENTRY_SIZE = _INDEX_ENTRY.size
-_LENGTH = struct.Struct(">i")
 _NO_HEADERS: list = []
 
 
@@ -349,31 +348,17 @@ def _batches(split: SegmentSplit) -> Iterator[tuple]:
     """(header, buffer holding it) for each whole batch starting in ``[start, end)``, read in
     bounded chunks; a partial batch at ``end`` (a torn tail) is never returned."""
     with open(split.path, "rb") as f:
-        f.seek(split.start)
-        pos = split.start  # file position of the end of ``pending``
-        pending = b""
-        while pos < split.end:
-            want = CHUNK
-            if len(pending) >= LOG_OVERHEAD:  # a batch larger than a chunk: read all of it
-                want = max(want, LOG_OVERHEAD + _LENGTH.unpack_from(pending, 8)[0] - len(pending))
-            data = f.read(min(want, split.end - pos))
-            if not data:
-                break  # the file shrank since planning
-            pos += len(data)
-            buf = pending + data if pending else data
-            mv = memoryview(buf)
-            consumed = 0
-            try:
-                for h in iter_batches_untrusted(mv):
-                    yield h, mv
-                    consumed = h.end
-            except CorruptRequest as exc:
-                if split.tail:
-                    return
-                raise SegmentReadError(f"{split.path}: at position {pos - len(buf) + consumed}: {exc}") from exc
-            pending = buf[consumed:]
-        if pending and not split.tail:
-            raise SegmentReadError(f"{split.path}: {len(pending)} bytes at position {pos - len(pending)} are no batch")
+        done = split.start  # the end of the last whole batch
+        try:
+            for position, h, buf in scan_batches(f.fileno(), split.start, split.end, CHUNK):
+                yield h, buf
+                done = position + h.size
+        except CorruptRequest as exc:
+            if split.tail:
+                return
+            raise SegmentReadError(f"{split.path}: at position {done}: {exc}") from exc
+        if done < split.end and not split.tail:
+            raise SegmentReadError(f"{split.path}: {split.end - done} bytes at position {done} are no batch")
 
 
 class _Columns:

@@ -43,6 +43,33 @@ SCAN_CHUNK = 1 << 20  # recovery and timestamp scans read this much at a time
 LOOKUP_CHUNK = 64 << 10  # an offset lookup scans from an index entry, usually < index.interval.bytes away
 
 
+def scan_batches(
+    fd: int, start: int, end: int, chunk: int = SCAN_CHUNK
+) -> Iterator[tuple[int, BatchHeader, memoryview]]:
+    """(file position, header, buffer) for each whole batch of the file ``fd`` in
+    [``start``, ``end``), read ``chunk`` bytes at a time (more for a larger batch); header
+    positions are within the buffer. Stops at a partial batch (a torn tail, or a file
+    shorter than ``end``); raises CorruptRequest at a batch whose size or magic is impossible."""
+    pos = start
+    want = chunk
+    while end - pos >= LOG_OVERHEAD:
+        buf = memoryview(os.pread(fd, min(want, end - pos), pos))
+        consumed = 0
+        for h in iter_batches_untrusted(buf):
+            yield pos + h.position, h, buf
+            consumed = h.end
+        if consumed:
+            pos += consumed
+            want = chunk
+            continue
+        if len(buf) < LOG_OVERHEAD:
+            return  # the file is shorter than ``end``
+        need = LOG_OVERHEAD + _START.unpack_from(buf, 0)[1]  # the first batch did not fit
+        if need <= len(buf) or need > end - pos:
+            return  # a torn batch at the end
+        want = need
+
+
 class LogSegment:
     def __init__(self, directory: Path, base_offset: int, index_interval: int, index_bytes: int):
         self.base_offset = base_offset
@@ -237,27 +264,8 @@ class LogSegment:
 
     # -- reading --------------------------------------------------------------------------
 
-    def _scan(self, start: int, chunk: int = SCAN_CHUNK) -> Iterator[tuple[int, BatchHeader, bytes]]:
-        """(file position, header, buffer) for each whole batch from ``start``; header
-        positions are within the buffer. Stops at a partial batch; raises CorruptRequest
-        at a batch whose size or magic is impossible."""
-        end = self.size
-        pos = start
-        want = chunk
-        while end - pos >= LOG_OVERHEAD:
-            buf = memoryview(os.pread(self.fd, min(want, end - pos), pos))
-            consumed = 0
-            for h in iter_batches_untrusted(buf):
-                yield pos + h.position, h, buf
-                consumed = h.end
-            if consumed:
-                pos += consumed
-                want = chunk
-                continue
-            need = LOG_OVERHEAD + _START.unpack_from(buf, 0)[1]  # the first batch did not fit
-            if need <= len(buf) or need > end - pos:
-                return  # a torn batch at the end
-            want = need
+    def _scan(self, start: int, chunk: int = SCAN_CHUNK) -> Iterator[tuple[int, BatchHeader, memoryview]]:
+        return scan_batches(self.fd, start, self.size, chunk)
 
     def translate(self, offset: int) -> int | None:
         """File position of the batch holding ``offset``; None if the segment ends before it."""
