@@ -30,7 +30,7 @@ from .delayed import Purgatory
 from .errors import BrokkrError, ConfigError, ErrorCode
 from .listeners import configured_listeners
 from .log import AppendInfo, OffsetOutOfRange, Storage, StoredTopic
-from .partition import Partition, Topic, validate_topic_name
+from .partition import CLUSTER_METADATA_TOPIC, Partition, Topic, validate_topic_name
 from .plugins import create_plugin_manager
 from .producer_ids import ProducerIdManager
 from .retention import retention_offset
@@ -185,6 +185,8 @@ class Broker:
         """Raise BrokkrError unless ``name`` is legal and free (Kafka also refuses names that
         differ from an existing one only by '.' versus '_', since metric names collide)."""
         validate_topic_name(name)
+        if name == CLUSTER_METADATA_TOPIC:  # as Kafka's ControllerApis refuses it
+            raise BrokkrError(f"Creation of internal topic {name} is prohibited.", ErrorCode.INVALID_REQUEST)
         if name in self.topics:
             raise BrokkrError(f"Topic '{name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
         collides = [t for t in self.topics if t.replace(".", "_") == name.replace(".", "_")]

@@ -11,7 +11,7 @@ from .config import TopicConfig
 from .errors import BrokkrError, ErrorCode
 from .log import AppendInfo, PartitionLog
 from .producer_state import rebuild_producer_state
-from .protocol.records import patch_batch
+from .protocol.records import iter_batches_untrusted, patch_batch
 
 if TYPE_CHECKING:
     from .validation import ValidatedRecords
@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("brokkr")
 
 MAX_TOPIC_NAME = 249
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+#: KRaft's metadata log: never a topic clients see or create (a Kafka log directory brokkr
+#: adopts may hold its partition directory, which is left as it is).
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")  # fullmatch: "$" would accept a trailing newline
 
 
 def validate_topic_name(name: str) -> None:
@@ -33,11 +36,24 @@ def validate_topic_name(name: str) -> None:
             f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters",
             ErrorCode.INVALID_TOPIC_EXCEPTION,
         )
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):
         raise BrokkrError(
             f"Topic name {name!r} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
             ErrorCode.INVALID_TOPIC_EXCEPTION,
         )
+
+
+def _last_leader_epoch(log: PartitionLog) -> int:
+    """The leader epoch of the log's last batch (0 for an empty log), so that batches
+    appended after a restart, or to a partition adopted from a Kafka broker, never go
+    back to an older epoch than those already in the log."""
+    end = log.log_end_offset
+    if end <= log.log_start_offset:
+        return 0
+    last = None
+    for last in iter_batches_untrusted(log.read(end - 1, 1, end, True)):
+        pass
+    return max(last.leader_epoch, 0) if last is not None else 0
 
 
 class Partition:
@@ -50,7 +66,7 @@ class Partition:
         self.topic = topic
         self.index = index
         self.log = log
-        self.leader_epoch = 0
+        self.leader_epoch = _last_leader_epoch(log)
         self.high_watermark = log.log_end_offset
         self.bytes_appended = 0  # monotonic, lets delayed fetches count new bytes cheaply
         self.producers = rebuild_producer_state(self.name, log)

@@ -416,12 +416,12 @@ def test_fresh_preallocated_index_is_empty_not_corrupt(tmp_path, suffix):
     ]
 
 
-def test_index_without_its_log_is_checked_alone(tmp_path):
+def test_index_without_its_log_fails(tmp_path):
     path = tmp_path / f"{SEGMENT}.index"
     shutil.copy(KSQL / path.name, path)
-    status, lines, _ = dump(path)
-    assert status == 0
-    assert f"({SEGMENT}.log is not beside it: entries not checked against the log)" in lines
+    status, _, err = dump(path)
+    assert status == 1
+    assert f"its log {SEGMENT}.log is missing: the entries cannot be checked" in err
 
 
 def test_missing_and_unnamed_files(tmp_path):

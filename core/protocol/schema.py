@@ -208,9 +208,10 @@ def _commons_first(raw: list[dict]) -> list[dict]:
 
 
 @functools.cache
-def load_message(name: str) -> MessageSpec:
-    """Load ``messages/<name>.json`` (e.g. ``"ProduceRequest"``) once per process."""
-    text = resources.files(__package__).joinpath("messages", f"{name}.json").read_text()
+def load_message(name: str, folder: str = "messages") -> MessageSpec:
+    """Load ``messages/<name>.json`` (e.g. ``"ProduceRequest"``) once per process; KRaft
+    metadata records come from ``folder="metadata_records"``."""
+    text = resources.files(__package__).joinpath(folder, f"{name}.json").read_text()
     raw = json.loads(_strip_comments(text))
     structs: dict[str, StructSpec] = {}
     for common in _commons_first(raw.get("commonStructs", [])):

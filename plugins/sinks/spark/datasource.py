@@ -160,13 +160,13 @@ def plan_splits(
     """The input partitions for ``path`` (a log dir, a partition dir or a ``.log`` file)."""
     root = Path(path)
     if root.is_file():
-        if not _SEGMENT.match(root.name):
+        if not _SEGMENT.fullmatch(root.name):
             raise ValueError(f"{root}: not a segment file (expected {{base offset:020d}}.log)")
         directories = [root.parent]
         only: Path | None = root
     elif root.is_dir():
         only = None
-        if any(_SEGMENT.match(p.name) for p in root.iterdir()):
+        if any(_SEGMENT.fullmatch(p.name) for p in root.iterdir()):
             directories = [root]
         else:
             directories = sorted(p for p in root.iterdir() if p.is_dir() and parse_partition_dir(p.name))

@@ -160,7 +160,7 @@ def scan_log_dir(log_dir: str | Path, topics: Iterable[str] = ()) -> dict[tuple[
     wanted = set(topics)
     out: dict[tuple[str, int], list[Path]] = {}
     for d in sorted(Path(log_dir).iterdir()):
-        m = _PARTITION_DIR.match(d.name)
+        m = _PARTITION_DIR.fullmatch(d.name)
         if not d.is_dir() or m is None or (wanted and m["topic"] not in wanted):
             continue
         logs = sorted(d.glob("*.log"), key=lambda p: int(p.name.split(".")[0]))

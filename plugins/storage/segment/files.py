@@ -72,8 +72,16 @@ def state_file(directory: Path, name: str) -> Path:
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
     """``"orders-3"`` -> ``("orders", 3)``; None for anything else (including Kafka's
     ``-delete`` and ``-future`` directories)."""
-    m = _PARTITION_DIR.match(name)
+    m = _PARTITION_DIR.fullmatch(name)
     return (m["topic"], int(m["partition"])) if m else None
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """``{topic}-{partition}.{uuid}-delete``, the topic shortened so that the name fits in
+    255 bytes, as Kafka's ``LogFileUtils.logDeleteDirName`` does: a topic name may be
+    249 characters, longer than its partition directory's name plus this suffix allows."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
+    return topic[: min(len(topic), 255 - len(suffix))] + suffix
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -109,21 +117,32 @@ def parse_kafka_uuid(text: str) -> uuid.UUID:
 
 def _read_versioned_lines(path: Path) -> list[list[str]]:
     """The entries of a Kafka checkpoint file: version 0, a count, then the entries."""
-    lines = path.read_text().splitlines()
+    return _parse_versioned_lines(path.read_text(), path)
+
+
+def _parse_versioned_lines(text: str, source: Path) -> list[list[str]]:
+    lines = text.splitlines()
     try:
         if int(lines[0]) != 0:
-            raise CorruptFile(f"{path}: unknown version {lines[0]}")
+            raise CorruptFile(f"{source}: unknown version {lines[0]}")
         count = int(lines[1])
     except (IndexError, ValueError):
-        raise CorruptFile(f"{path}: malformed header") from None
+        raise CorruptFile(f"{source}: malformed header") from None
     entries = [line.split() for line in lines[2:] if line.strip()]
     if len(entries) != count:
-        raise CorruptFile(f"{path}: expected {count} entries, found {len(entries)}")
+        raise CorruptFile(f"{source}: expected {count} entries, found {len(entries)}")
     return entries
 
 
-def _write_versioned_lines(path: Path, entries: list[str]) -> None:
-    write_atomically(path, "".join(f"{line}\n" for line in ["0", str(len(entries)), *entries]).encode())
+def _write_versioned_lines(path: Path, entries: list[list[str]]) -> None:
+    """Write a checkpoint file, refusing (CorruptFile, the old file left as it was) any
+    entry that would not read back as written: a field that is empty or holds white
+    space would shift every later entry when the file is next read."""
+    text = "".join(f"{line}\n" for line in ["0", str(len(entries)), *(" ".join(e) for e in entries)])
+    if _parse_versioned_lines(text, path) != entries:
+        bad = next(e for e in entries if " ".join(e).split() != e)
+        raise CorruptFile(f"{path}: refusing to write an entry that would not read back: {bad!r}")
+    write_atomically(path, text.encode())
 
 
 def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
@@ -141,7 +160,7 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
 
 
 def write_offset_checkpoint(path: Path, offsets: dict[tuple[str, int], int]) -> None:
-    _write_versioned_lines(path, [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())])
+    _write_versioned_lines(path, [[t, str(p), str(o)] for (t, p), o in sorted(offsets.items())])
 
 
 def read_leader_epochs(path: Path) -> list[tuple[int, int]]:
@@ -155,7 +174,7 @@ def read_leader_epochs(path: Path) -> list[tuple[int, int]]:
 
 
 def write_leader_epochs(path: Path, entries: list[tuple[int, int]]) -> None:
-    _write_versioned_lines(path, [f"{epoch} {start}" for epoch, start in entries])
+    _write_versioned_lines(path, [[str(epoch), str(start)] for epoch, start in entries])
 
 
 def read_partition_metadata(path: Path) -> uuid.UUID | None:

@@ -281,11 +281,13 @@ class SegmentLog:
             seg.close()
 
     def delete(self) -> None:
-        """Close, rename the directory aside (``{name}.{id}-delete``, as Kafka does), then
-        remove it; a crash in between leaves a directory the next start removes."""
+        """Close, rename the directory aside (``{name}.{id}-delete``, shortened as Kafka
+        shortens it), then remove it; a crash in between leaves a directory the next start
+        removes."""
         for seg in self._segments:
             seg.close()
-        doomed = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}-delete")
+        topic, partition = files.parse_partition_dir(self.dir.name)
+        doomed = self.dir.with_name(files.delete_dir_name(topic, partition))
         os.replace(self.dir, doomed)
         shutil.rmtree(doomed)
         self.deleted = True

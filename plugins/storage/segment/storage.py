@@ -5,8 +5,10 @@ At start, each of ``log.dirs`` is created if needed and checked against its
 ``meta.properties`` (a directory written by another node id is refused; the cluster id
 is kept across restarts). A directory without ``.kafka_cleanshutdown`` was not shut down
 cleanly, so its partitions are recovered from their recovery points. Partition
-directories the catalog does not list (copied from a Kafka broker, say) are adopted
-with default settings. New partitions go to the directory holding the fewest.
+directories the catalog does not list (copied from a Kafka broker, say) are adopted with
+the ids and settings Kafka's KRaft metadata log gives them (:mod:`.kraft`), or without it
+with no time or size retention, and recorded in the catalog. ``__cluster_metadata`` itself
+is left as it is. New partitions go to the directory holding the fewest.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from pathlib import Path
 from brokkr.core.config import BrokerConfig, TopicConfig
 from brokkr.core.errors import ConfigError
 from brokkr.core.log import StoredTopic
+from brokkr.core.partition import CLUSTER_METADATA_TOPIC
 
-from . import files
+from . import files, kraft
 from .partition_log import SegmentLog
 
 log = logging.getLogger("brokkr.storage")
@@ -34,6 +37,7 @@ class SegmentStorage:
 
     def __init__(self, config: BrokerConfig, codecs: dict, node_id: int, cluster_id: str):
         self.codecs = codecs
+        self.config = config
         self.dirs = [Path(d).absolute() for d in config["log.dirs"]]
         self.cluster_id = cluster_id
         self.flusher = ThreadPoolExecutor(1, thread_name_prefix="brokkr-flush")
@@ -69,6 +73,8 @@ class SegmentStorage:
             if path.is_dir() and path.name.endswith("-delete"):
                 shutil.rmtree(path)  # a topic deletion interrupted by a crash
             elif path.is_dir() and (key := files.parse_partition_dir(path.name)):
+                if key[0] == CLUSTER_METADATA_TOPIC:
+                    continue  # Kafka's KRaft metadata log: read for adoption, never opened as a topic
                 if key in self.found:
                     raise ConfigError(f"partition {path.name} is in both {self.found[key]} and {d}")
                 self.found[key] = d
@@ -84,13 +90,63 @@ class SegmentStorage:
         for topic, partition in self.found:
             if topic not in listed:
                 unlisted.setdefault(topic, []).append(partition)
+        if unlisted:
+            topics.extend(self._adopt(unlisted))
+            self.save_topics(topics)
+        return topics
+
+    def _adopt(self, unlisted: dict[str, list[int]]) -> list[StoredTopic]:
+        """Topics of partition directories the catalog does not list (copied from a Kafka
+        broker, say), with the ids and settings Kafka's KRaft metadata log gives them.
+        Without that log their settings are unknown, so no time or size retention applies
+        until an operator sets it: adopting data must never delete it."""
+        kraft = self._kraft_topics()
+        adopted, guessed = [], []
         for name, partitions in sorted(unlisted.items()):
             first = min(partitions)
             metadata = self.found[name, first] / f"{name}-{first}" / files.PARTITION_METADATA
             topic_id = files.read_partition_metadata(metadata)
-            log.warning("adopting topic %s from its partition directories, with default settings", name)
-            topics.append(StoredTopic(name, topic_id or uuid.uuid4(), max(partitions) + 1))
-        return topics
+            known = kraft.get(name) if kraft else None
+            if known is not None:
+                count = max([*partitions, *known.partitions]) + 1
+                configs = self._known_topic_configs(name, known.configs)
+                adopted.append(StoredTopic(name, topic_id or known.topic_id, count, configs))
+            else:
+                guessed.append(name)
+                configs = {"retention.ms": "-1", "retention.bytes": "-1"}
+                adopted.append(StoredTopic(name, topic_id or uuid.uuid4(), max(partitions) + 1, configs))
+        if kraft is not None:
+            taken = sorted(kraft.keys() & unlisted.keys())
+            log.info("adopted topics %s with the ids and settings of Kafka's metadata log", taken)
+        if guessed:
+            log.warning(
+                "adopting topics %s from partition directories without Kafka's metadata log: their settings are "
+                "unknown, so they get retention.ms=-1 and retention.bytes=-1 (nothing is deleted) until set",
+                guessed,
+            )
+        return adopted
+
+    def _kraft_topics(self) -> dict[str, kraft.KraftTopic] | None:
+        for d in self.dirs:
+            try:
+                topics = kraft.read_kraft_topics(d, self.codecs)
+            except (OSError, kraft.MetadataLogError) as exc:
+                raise ConfigError(f"cannot read Kafka's metadata log in {d}: {exc}") from None
+            if topics is not None:
+                return topics
+        return None
+
+    def _known_topic_configs(self, topic: str, configs: dict[str, str]) -> dict[str, str]:
+        """The settings brokkr has; each other one is named in the log and dropped."""
+        kept = {}
+        for key, value in configs.items():
+            try:
+                self.config.topic_config({key: value})
+            except ConfigError as exc:
+                log.warning("adopted topic %s: setting %s=%s is not taken over: %s", topic, key, value, exc)
+                continue
+            kept[key] = value
+        return kept
 
     def save_topics(self, topics: list[StoredTopic]) -> None:
         files.write_catalog(self.dirs[0] / files.CATALOG, topics)

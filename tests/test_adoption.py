@@ -1,0 +1,113 @@
+"""Adopting a log directory written by a Kafka broker loses nothing: topics keep the ids
+and settings Kafka's KRaft metadata log gives them, or get no time/size retention without
+it; they are recorded in the catalog; new batches continue the partitions' leader epochs;
+``__cluster_metadata`` is never served as a topic."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from brokkr.core.protocol.records import iter_batches_untrusted
+from brokkr.plugins.storage.segment import files
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import KafkaException, Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+KAFKA_LOGS = Path(__file__).parent / "fixtures" / "kafka-logs"
+KSQL = "_confluent-ksql-default__command_topic"
+OLD = "dspiderTask"  # records from 2022, written by a broker without KRaft metadata
+
+
+def kafka_log_dir(tmp_path: Path, *dirs: str, renamed: dict[str, str] | None = None) -> Path:
+    log_dir = tmp_path / "kafka-data"
+    log_dir.mkdir()
+    for name in dirs:
+        shutil.copytree(KAFKA_LOGS / name, log_dir / (renamed or {}).get(name, name))
+    return log_dir
+
+
+def segment_files(log_dir: Path) -> dict[str, list[str]]:
+    return {d.name: sorted(p.name for p in d.glob("*.log")) for d in log_dir.iterdir() if d.is_dir()}
+
+
+def test_kraft_metadata_gives_adopted_topics_their_ids_and_settings(tmp_path, brokkr_broker_factory, caplog):
+    log_dir = kafka_log_dir(tmp_path, "__cluster_metadata-0", f"{KSQL}-0", "__transaction_state-44", f"{OLD}-2")
+    metadata_before = {p.name: p.read_bytes() for p in (log_dir / "__cluster_metadata-0").iterdir()}
+    with caplog.at_level(logging.INFO, logger="brokkr.storage"):
+        broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+
+    ksql = broker.topics[KSQL]
+    assert ksql.topic_id == uuid.UUID("4ef4284e-ad0a-4475-962c-a43ae1dd607f")
+    assert ksql.config["retention.ms"] == -1 and ksql.config["cleanup.policy"] == ["delete"]
+    txn = broker.topics["__transaction_state"]
+    assert txn.config["cleanup.policy"] == ["compact"], "a compacted Kafka topic stays compacted"
+    assert len(txn.partitions) == 50 and txn.config["segment.bytes"] == 104857600
+    # Not in the metadata log (another broker wrote it): kept, with no time or size retention.
+    old = broker.topics[OLD]
+    assert old.config["retention.ms"] == -1 and old.config["retention.bytes"] == -1
+    assert len(old.partitions) == 3
+    assert any(OLD in r.getMessage() and "retention.ms=-1" in r.getMessage() for r in caplog.records)
+    assert any("unclean.leader.election.enable" in r.getMessage() for r in caplog.records), "dropped settings named"
+
+    # Recorded in the catalog, with their settings.
+    catalog = {t["name"]: t for t in json.loads((log_dir / files.CATALOG).read_text())["topics"]}
+    assert catalog[KSQL]["topic_id"] == "4ef4284e-ad0a-4475-962c-a43ae1dd607f"
+    assert catalog[KSQL]["configs"]["retention.ms"] == "-1"
+    assert catalog["__transaction_state"]["configs"]["cleanup.policy"] == "compact"
+    assert catalog[OLD]["configs"] == {"retention.ms": "-1", "retention.bytes": "-1"}
+
+    # __cluster_metadata is not a topic, and its files are left exactly as they were.
+    assert "__cluster_metadata" not in broker.topics
+    broker.stop()
+    assert {p.name: p.read_bytes() for p in (log_dir / "__cluster_metadata-0").iterdir()} == metadata_before
+
+
+@pytest.mark.parametrize("with_metadata", [True, False])
+def test_retention_never_deletes_adopted_data(tmp_path, brokkr_broker_factory, with_metadata):
+    dirs = [f"{KSQL}-0", f"{OLD}-2"] + (["__cluster_metadata-0"] if with_metadata else [])
+    log_dir = kafka_log_dir(tmp_path, *dirs)
+    before = segment_files(log_dir)
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir), "log.retention.check.interval.ms": 50})
+    starts = {name: broker.partition(name, i).log.log_start_offset for name, i in ((KSQL, 0), (OLD, 2))}
+    time.sleep(0.5)  # ten retention checks; the 2022 records are far past Kafka's default 7 days
+    assert broker.partition(OLD, 2).log.log_end_offset > 0
+    assert {name: broker.partition(name, i).log.log_start_offset for name, i in ((KSQL, 0), (OLD, 2))} == starts
+    after = segment_files(log_dir)
+    assert all(after[d] == segs for d, segs in before.items() if segs)
+
+
+def test_new_batches_continue_the_adopted_leader_epoch(tmp_path, brokkr_broker_factory):
+    # Kafka wrote this partition's last batches at leader epoch 38.
+    log_dir = kafka_log_dir(tmp_path, "__consumer_offsets-29", renamed={"__consumer_offsets-29": "copied-0"})
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    end = broker.partition("copied", 0).log.log_end_offset
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    producer.produce("copied", b"after adoption", partition=0)
+    assert producer.flush(15) == 0
+    broker.stop()
+    data = b"".join(p.read_bytes() for p in sorted((log_dir / "copied-0").glob("*.log")))
+    batches = list(iter_batches_untrusted(data))
+    assert batches[-1].base_offset == end
+    assert batches[-1].leader_epoch == 38 == max(b.leader_epoch for b in batches[:-1])
+    epochs = files.read_leader_epochs(log_dir / "copied-0" / files.LEADER_EPOCH_CHECKPOINT)
+    assert epochs[-1][0] == 38 and all(e <= 38 for e, _ in epochs)
+
+
+def test_cluster_metadata_is_never_served_as_a_topic(tmp_path, brokkr_broker_factory):
+    log_dir = kafka_log_dir(tmp_path, "__cluster_metadata-0")
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    assert "__cluster_metadata" not in admin.list_topics(timeout=10).topics
+    future = admin.create_topics([NewTopic("__cluster_metadata", 1, 1)])["__cluster_metadata"]
+    with pytest.raises(KafkaException) as info:
+        future.result(timeout=10)
+    assert info.value.args[0].code() == confluent_kafka.KafkaError.INVALID_REQUEST
+    assert "Creation of internal topic __cluster_metadata is prohibited." in info.value.args[0].str()
+    assert "__cluster_metadata" not in broker.topics
