@@ -69,6 +69,7 @@ class Broker:
         self._server: Server | None = None
         self._stopped: asyncio.Event | None = None
         self._maintenance: asyncio.Task | None = None
+        self.clean_shutdown = True  # False once a stop could not write everything it should have
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -100,23 +101,37 @@ class Broker:
         if self._server is None:
             return
         server, self._server = self._server, None
-        await server.stop_accepting()
-        self.hook.brokkr_broker_stopping(broker=self)
-        assert self._maintenance is not None
-        self._maintenance.cancel()
-        self.purgatory.expire_all()
-        await server.close_connections()
-        self._close_storage()
-        assert self._stopped is not None
-        self._stopped.set()
-        log.info("brokkr node %s stopped", self.node_id)
+        assert self._stopped is not None and self._maintenance is not None
+        try:  # whatever fails on the way (a full disk, a plugin), the broker ends stopped
+            await server.stop_accepting()
+            self.hook.brokkr_broker_stopping(broker=self)
+            self._maintenance.cancel()
+            self.purgatory.expire_all()
+            await server.close_connections()
+            self.clean_shutdown = self._close_storage()
+        finally:
+            self._stopped.set()
+        log.info("brokkr node %s stopped%s", self.node_id, "" if self.clean_shutdown else " (not cleanly)")
 
-    def _close_storage(self) -> None:
+    def _close_storage(self) -> bool:
+        """Close every log, then the storage; False when something could not be written
+        (a full or failed disk): the storage is then left marked unclean, so the next start
+        recovers the logs from what is on disk, and the broker still stops."""
+        clean = True
         for topic in self.topics.values():
             for p in topic.partitions:
-                p.close()
+                try:
+                    p.close()
+                except OSError as exc:
+                    log.error("closing %s failed: %s", p.name, exc)
+                    clean = False
         assert self.storage is not None
-        self.storage.close()
+        try:
+            self.storage.close()
+        except OSError as exc:
+            log.error("closing the storage failed: %s; the next start recovers the logs", exc)
+            clean = False
+        return clean
 
     async def wait_stopped(self) -> None:
         assert self._stopped is not None
@@ -290,6 +305,7 @@ class Broker:
         }
         loop = asyncio.get_running_loop()
         due = {task: loop.time() + every for task, every in intervals.items()}
+        failing: set = set()
         while True:
             await asyncio.sleep(max(min(due.values()) - loop.time(), 0))
             for task, when in due.items():
@@ -297,8 +313,16 @@ class Broker:
                     due[task] = loop.time() + intervals[task]
                     try:
                         task()
+                    except OSError as exc:  # a full or failing disk: said once, until the task succeeds again
+                        if task not in failing:
+                            log.error("log maintenance (%s) failed: %s", task.__name__, exc)
+                        failing.add(task)
                     except Exception:
                         log.exception("log maintenance (%s) failed", task.__name__)
+                    else:
+                        if task in failing:
+                            failing.discard(task)
+                            log.warning("log maintenance (%s) succeeds again", task.__name__)
 
     def produce_complete(self, partition: Partition, required_offset: int) -> bool:
         results = self.hook.brokkr_produce_complete(partition=partition, required_offset=required_offset, broker=self)

@@ -22,7 +22,7 @@ def _serve(args: argparse.Namespace) -> int:
     values.update(parse_overrides(args.override or []))
     broker = Broker(values)
     asyncio.run(broker.serve_forever())
-    return 0
+    return 0 if broker.clean_shutdown else 1
 
 
 def _dump_log(args: argparse.Namespace) -> int:

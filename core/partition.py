@@ -69,6 +69,7 @@ class Partition:
         self.leader_epoch = _last_leader_epoch(log)
         self.high_watermark = log.log_end_offset
         self.bytes_appended = 0  # monotonic, lets delayed fetches count new bytes cheaply
+        self.storage_error: OSError | None = None  # why appends fail, while they do
         self.producers = rebuild_producer_state(self.name, log)
 
     @property
@@ -104,7 +105,16 @@ class Partition:
             patch_batch(validated.records, h.position, offset, self.leader_epoch)
             assigned.append(offset)
             offset += h.last_offset_delta + 1
-        info = self.log.append(validated.records, first, offset - 1, validated.max_timestamp, validated.record_count)
+        try:
+            info = self.log.append(validated.records, first, offset - 1, validated.max_timestamp, validated.record_count)
+        except OSError as exc:  # the log dropped the partial batch; say so once per spell of failures
+            if self.storage_error is None:
+                logger.error("%s: appends fail (%s); answering KAFKA_STORAGE_ERROR until one succeeds", self.name, exc)
+            self.storage_error = exc
+            raise
+        if self.storage_error is not None:
+            logger.warning("%s: appends succeed again", self.name)
+            self.storage_error = None
         for h, at in zip(validated.batches, assigned):
             self.producers.update(h, at)
         if info.rolled is not None:
@@ -118,8 +128,8 @@ class Partition:
         so a failure to write it is logged, not raised: a later start replays more."""
         try:
             self.producers.take_snapshot(self.log)
-        except OSError:
-            logger.exception("writing the producer snapshot of %s failed", self.name)
+        except OSError as exc:
+            logger.error("writing the producer snapshot of %s failed: %s", self.name, exc)
 
     def close(self) -> None:
         """Snapshot the producer state, then close the log (the broker is stopping)."""

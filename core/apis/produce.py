@@ -123,8 +123,7 @@ def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProduceResp
             BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors
         ]
         return res, -1
-    except OSError as exc:  # the disk failed the write; the log has dropped any partial batch
-        log.exception("append to %s failed", partition.name)
+    except OSError as exc:  # the disk failed the write (logged once by the partition); no partial batch is kept
         return _result(partition.index, ErrorCode.KAFKA_STORAGE_ERROR, f"Error writing the log: {exc}"), -1
     except Exception:
         log.exception("append to %s failed", partition.name)

@@ -139,8 +139,8 @@ def _write_versioned_lines(path: Path, entries: list[list[str]]) -> None:
     entry that would not read back as written: a field that is empty or holds white
     space would shift every later entry when the file is next read."""
     text = "".join(f"{line}\n" for line in ["0", str(len(entries)), *(" ".join(e) for e in entries)])
-    if _parse_versioned_lines(text, path) != entries:
-        bad = next(e for e in entries if " ".join(e).split() != e)
+    bad = next((e for e in entries if " ".join(e).split() != e), None)
+    if bad is not None or _parse_versioned_lines(text, path) != entries:
         raise CorruptFile(f"{path}: refusing to write an entry that would not read back: {bad!r}")
     write_atomically(path, text.encode())
 
