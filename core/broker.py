@@ -30,6 +30,7 @@ from .delayed import Purgatory
 from .errors import BrokkrError, ConfigError, ErrorCode
 from .listeners import configured_listeners
 from .log import AppendInfo, OffsetOutOfRange, Storage, StoredTopic
+from .offload import OffloadPool
 from .partition import CLUSTER_METADATA_TOPIC, Partition, Topic, validate_topic_name
 from .plugins import create_plugin_manager
 from .producer_ids import ProducerIdManager
@@ -64,6 +65,7 @@ class Broker:
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
         self.purgatory = Purgatory()
         self.codecs: dict[int, Any] = {}
+        self.offload: OffloadPool | None = None  # record walks off the event loop (core/offload.py)
         self.storage: Storage | None = None
         self.producer_ids: ProducerIdManager | None = None
         self._server: Server | None = None
@@ -83,6 +85,7 @@ class Broker:
 
     async def start(self) -> None:
         self.storage = self.open_storage()
+        self.offload = OffloadPool(self.codecs)
         try:
             for stored in self.storage.load_topics():
                 self._open_topic(stored)
@@ -108,6 +111,8 @@ class Broker:
             self._maintenance.cancel()
             self.purgatory.expire_all()
             await server.close_connections()
+            if self.offload is not None:
+                self.offload.close()
             self.clean_shutdown = self._close_storage()
         finally:
             self._stopped.set()

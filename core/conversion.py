@@ -19,15 +19,15 @@ from .protocol.records import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     RecordScan,
-    decode_records,
     encode_batch,
     encode_record,
+    iter_records,
 )
 
 
 def sequential_offsets(scan: RecordScan) -> bool:
     """Whether the records' offsets are 0..n-1, which in-place storage needs."""
-    return scan.offset_deltas == list(range(len(scan.offset_deltas)))
+    return scan.sequential
 
 
 def rebuild(
@@ -40,11 +40,11 @@ def rebuild(
 ) -> bytearray:
     """The batch ``header`` heads, its (decompressed) records ``payload`` compressed with
     ``codec`` and stamped with the given timestamp type and max timestamp."""
-    if not sequential_offsets(scan):
-        payload = b"".join(
-            encode_record(i, r.timestamp - header.base_timestamp, r.key, r.value, r.headers)
-            for i, r in enumerate(decode_records(header, payload))
-        )
+    if not sequential_offsets(scan):  # renumbered one record at a time: memory is the output's size
+        renumbered = bytearray()
+        for i, r in enumerate(iter_records(header, payload)):
+            renumbered += encode_record(i, r.timestamp - header.base_timestamp, r.key, r.value, r.headers)
+        payload = renumbered
     attributes = header.attributes & ~(CODEC_MASK | TIMESTAMP_TYPE_MASK) | codec.id
     if log_append_time:
         attributes |= TIMESTAMP_TYPE_MASK

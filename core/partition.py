@@ -50,10 +50,8 @@ def _last_leader_epoch(log: PartitionLog) -> int:
     end = log.log_end_offset
     if end <= log.log_start_offset:
         return 0
-    last = None
-    for last in iter_batches_untrusted(log.read(end - 1, 1, end, True)):
-        pass
-    return max(last.leader_epoch, 0) if last is not None else 0
+    batches = list(iter_batches_untrusted(log.read(end - 1, 1, end, True)))
+    return max(batches[-1].leader_epoch, 0) if batches else 0
 
 
 class Partition:
@@ -106,7 +104,9 @@ class Partition:
             assigned.append(offset)
             offset += h.last_offset_delta + 1
         try:
-            info = self.log.append(validated.records, first, offset - 1, validated.max_timestamp, validated.record_count)
+            info = self.log.append(
+                validated.records, first, offset - 1, validated.max_timestamp, validated.record_count
+            )
         except OSError as exc:  # the log dropped the partial batch; say so once per spell of failures
             if self.storage_error is None:
                 logger.error("%s: appends fail (%s); answering KAFKA_STORAGE_ERROR until one succeeds", self.name, exc)

@@ -27,7 +27,7 @@ LOG_APPEND_TIME = "LogAppendTime"
 class RecordRules:
     """One topic's record rules at one instant (``now``, in ms), built once per batch."""
 
-    partition: Partition
+    partition: str  # "topic-N", as Kafka names a TopicPartition in its messages
     now: int
     log_append_time: bool
     compacted: bool
@@ -38,7 +38,7 @@ class RecordRules:
     def of(cls, partition: Partition, now: int) -> RecordRules:
         config = partition.config
         return cls(
-            partition,
+            partition.name,
             now,
             config["message.timestamp.type"] == LOG_APPEND_TIME,
             "compact" in config["cleanup.policy"],
@@ -77,7 +77,7 @@ class RecordRules:
         is wrong, else INVALID_RECORD. No errors: ``(NONE, [])``."""
         found: dict[int, str] = {}
         if self.compacted:
-            message = f"Compacted topic cannot accept message without key in topic partition {self.partition.name}"
+            message = f"Compacted topic cannot accept message without key in topic partition {self.partition}"
             found = dict.fromkeys(scan.keyless, message)
         timestamps = {i: m for i, m in self._timestamp_errors(header, scan, payload).items() if i not in found}
         if not found and not timestamps:

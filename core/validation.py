@@ -23,6 +23,7 @@ that by sending it uncompressed), walked once, and stored in place or rebuilt.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -59,6 +60,15 @@ if TYPE_CHECKING:
 __all__ = ["Codec", "RecordsError", "ValidatedRecords", "validate_batches"]
 
 ZSTD_MIN_PRODUCE_VERSION = 7  # KIP-110
+#: The smallest record: length, attributes, timestamp delta, offset delta, key length,
+#: value length and header count, one byte each (Kafka's DefaultRecord).
+MIN_RECORD_SIZE = 7
+#: Record walks up to this size run on the event loop (about 2 us a record: a few ms at
+#: most); larger ones, and compressed batches decompressing to more than
+#: INLINE_DECOMPRESSED_BYTES, run in the broker's offload pool (brokkr.core.offload).
+INLINE_RECORDS = 2000
+INLINE_BYTES = 256 * 1024
+INLINE_DECOMPRESSED_BYTES = 1 << 20
 
 
 @attrs.frozen
@@ -82,6 +92,9 @@ class RecordsError(BrokkrError):
         super().__init__(message, code)
         self.record_errors = record_errors or []
 
+    def __reduce__(self):  # raised in offload workers, re-raised here
+        return (RecordsError, (self.code, str(self), self.record_errors))
+
 
 def validate_batches(
     partition: Partition,
@@ -91,7 +104,24 @@ def validate_batches(
     max_decompressed_size: int,
     now: int,
 ) -> ValidatedRecords:
-    """Validate and convert one partition's records (``now`` in ms); raises :class:`RecordsError`."""
+    """Validate and convert one partition's records (``now`` in ms); raises :class:`RecordsError`.
+    Everything runs in the caller's thread (tools, tests); the built-in hook below moves
+    heavy batches off the event loop."""
+    plan = prepare_batch(partition, records, api_version, codecs, max_decompressed_size, now)
+    return plan if isinstance(plan, ValidatedRecords) else plan.run(codecs)
+
+
+def prepare_batch(
+    partition: Partition,
+    records: memoryview | None,
+    api_version: int,
+    codecs: dict[int, Codec],
+    max_decompressed_size: int,
+    now: int,
+) -> ValidatedRecords | RecordWalk:
+    """Everything that reads only the batch header (and its CRC, in C): the finished
+    :class:`ValidatedRecords` when the header settles every rule (an uncompressed batch
+    stored uncompressed), else the :class:`RecordWalk` still to do. Raises RecordsError."""
     records = memoryview(records or b"")
     header = _single_batch(records, api_version)
     _check_header(partition, records, header, codecs)
@@ -102,29 +132,84 @@ def validate_batches(
             f"Compression type {target} of topic {partition.topic.name} is not available on this broker",
         )
     rules = RecordRules.of(partition, now)
-    log_append_time = now if rules.log_append_time else NO_TIMESTAMP
-    buf = bytearray(records)
     if header.codec == NONE_ID and target == NONE_ID and not rules.need_records(header):
+        buf = bytearray(records)
         max_timestamp = now if rules.log_append_time else header.max_timestamp
         header = set_max_timestamp(buf, header, max_timestamp, rules.log_append_time)
+        log_append_time = now if rules.log_append_time else NO_TIMESTAMP
         return ValidatedRecords(buf, [header], header.record_count, max_timestamp, log_append_time)
-    payload = _decompress(codecs, header, records, max_decompressed_size)
-    scan = _scan(header, payload, rules)
-    max_timestamp = rules.max_timestamp(header, scan)
-    # Kafka checks inner offsets on its compressed path only; uncompressed batches keep theirs.
-    if header.codec == target and (target == NONE_ID or sequential_offsets(scan)):
-        header = set_max_timestamp(buf, header, max_timestamp, rules.log_append_time)
-    else:
-        buf = rebuild(header, payload, scan, codecs[target], max_timestamp, rules.log_append_time)
-        header = BatchHeader.unpack(buf)
-        max_size = partition.config["max.message.bytes"]
-        if header.size > max_size:
+    # A record takes at least MIN_RECORD_SIZE bytes: refuse a count the bytes cannot hold
+    # before decompressing or walking anything.
+    room = header.size - HEADER_SIZE if header.codec == NONE_ID else max_decompressed_size
+    if header.record_count > room // MIN_RECORD_SIZE:
+        raise RecordsError(
+            ErrorCode.INVALID_RECORD,
+            f"Invalid record in topic partition {partition.name}: {header.record_count} records cannot fit in "
+            f"{room} bytes",
+        )
+    return RecordWalk(records, header, target, rules, max_decompressed_size, partition.config["max.message.bytes"])
+
+
+@attrs.frozen
+class RecordWalk:
+    """The part of validation that reads the records: decompress once, walk once, check the
+    record rules, then keep the batch or rebuild it with the topic's codec. Plain data, so
+    that it can run in another process (:mod:`brokkr.core.offload`)."""
+
+    records: bytes | memoryview  # bytes when sent to another process
+    header: BatchHeader
+    target: int
+    rules: RecordRules
+    max_decompressed_size: int
+    max_message_bytes: int
+
+    @property
+    def light(self) -> bool:
+        """Cheap enough for the event loop: few records, and few bytes to decompress (a
+        compressed batch that turns out larger is walked elsewhere: see ``run``)."""
+        return self.header.record_count <= INLINE_RECORDS and len(self.records) <= INLINE_BYTES
+
+    def run(self, codecs: dict[int, Codec], decompressed_cap: int | None = None) -> ValidatedRecords:
+        """Raises RecordsError, or :class:`TooLargeToRunHere` when the records decompress
+        to more than ``decompressed_cap`` bytes."""
+        header, rules = self.header, self.rules
+        records = memoryview(self.records)
+        if decompressed_cap is not None and decompressed_cap < self.max_decompressed_size and header.codec != NONE_ID:
+            try:
+                payload = codecs[header.codec].decompress(records[HEADER_SIZE : header.end], decompressed_cap)
+            except DecompressedSizeExceeded:
+                raise TooLargeToRunHere() from None
+            except DecompressionError as exc:
+                raise RecordsError(ErrorCode.CORRUPT_MESSAGE, f"Record batch cannot be decompressed: {exc}") from None
+        else:
+            payload = _decompress(codecs, header, records, self.max_decompressed_size)
+        if header.record_count > len(payload) // MIN_RECORD_SIZE:
             raise RecordsError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"Message batch size is {header.size} bytes in append to partition {partition.name} which "
-                f"exceeds the maximum configured size of {max_size}.",
+                ErrorCode.INVALID_RECORD,
+                f"Invalid record in topic partition {rules.partition}: {header.record_count} records cannot fit in "
+                f"{len(payload)} bytes",
             )
-    return ValidatedRecords(buf, [header], header.record_count, max_timestamp, log_append_time)
+        scan = _scan(header, payload, rules)
+        max_timestamp = rules.max_timestamp(header, scan)
+        log_append_time = rules.now if rules.log_append_time else NO_TIMESTAMP
+        # Kafka checks inner offsets on its compressed path only; uncompressed batches keep theirs.
+        if header.codec == self.target and (self.target == NONE_ID or sequential_offsets(scan)):
+            buf = bytearray(records)
+            header = set_max_timestamp(buf, header, max_timestamp, rules.log_append_time)
+        else:
+            buf = rebuild(header, payload, scan, codecs[self.target], max_timestamp, rules.log_append_time)
+            header = BatchHeader.unpack(buf)
+            if header.size > self.max_message_bytes:
+                raise RecordsError(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"Message batch size is {header.size} bytes in append to partition {rules.partition} which "
+                    f"exceeds the maximum configured size of {self.max_message_bytes}.",
+                )
+        return ValidatedRecords(buf, [header], header.record_count, max_timestamp, log_append_time)
+
+
+class TooLargeToRunHere(Exception):
+    """A walk meant for the event loop found more bytes than it may decompress there."""
 
 
 def _single_batch(records: memoryview, api_version: int) -> BatchHeader:
@@ -239,7 +324,7 @@ def _scan(header: BatchHeader, payload: bytes | memoryview, rules: RecordRules) 
         scan = scan_records_untrusted(header, payload)
     except CorruptRequest as exc:
         raise RecordsError(
-            ErrorCode.INVALID_RECORD, f"Invalid record in topic partition {rules.partition.name}: {exc}"
+            ErrorCode.INVALID_RECORD, f"Invalid record in topic partition {rules.partition}: {exc}"
         ) from None
     code, record_errors = rules.errors(header, scan, payload)
     if record_errors:
@@ -258,8 +343,8 @@ def _scan(header: BatchHeader, payload: bytes | memoryview, rules: RecordRules) 
 @hookimpl(trylast=True)
 def brokkr_validate_records(
     partition: Partition, records: memoryview, context: RequestContext, broker: Broker
-) -> ValidatedRecords:
-    return validate_batches(
+) -> ValidatedRecords | Awaitable[ValidatedRecords]:
+    plan = prepare_batch(
         partition,
         records,
         context.api_version,
@@ -267,3 +352,11 @@ def brokkr_validate_records(
         broker.config["socket.request.max.bytes"],
         time.time_ns() // 1_000_000,
     )
+    if isinstance(plan, ValidatedRecords):
+        return plan
+    if plan.light:
+        try:
+            return plan.run(broker.codecs, INLINE_DECOMPRESSED_BYTES)
+        except TooLargeToRunHere:
+            pass
+    return broker.offload.run(plan)

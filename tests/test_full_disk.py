@@ -13,11 +13,10 @@ import time
 
 import pytest
 from brokkr.core.errors import ErrorCode
+from brokkr.core.protocol.frames import request_spec  # noqa: I001
 from brokkr.core.testing import RawClient
 from serve import Served
 from wire import CREATE_TOPICS, PRODUCE, batch, produce_body
-
-from brokkr.core.protocol.frames import request_spec  # noqa: I001
 
 CreateTopics = request_spec(CREATE_TOPICS)
 

@@ -39,7 +39,8 @@ def unsupported_version_response():
 
 async def handle(broker, ctx, request):
     if ctx.api_version >= 3 and not (
-        _SOFTWARE.fullmatch(request.client_software_name or "") and _SOFTWARE.fullmatch(request.client_software_version or "")
+        _SOFTWARE.fullmatch(request.client_software_name or "")
+        and _SOFTWARE.fullmatch(request.client_software_version or "")
     ):
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST)
     return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=supported_api_versions())

@@ -15,7 +15,7 @@ from ..delayed import DelayedOperation
 from ..errors import CloseConnection, CorruptRequest, ErrorCode
 from ..protocol.frames import response_spec
 from ..protocol.records import iter_batches_untrusted
-from ..validation import RecordsError
+from ..validation import RecordsError, ValidatedRecords
 from . import Api
 from .common import NoResponse, partition_of, resolve_topic
 
@@ -71,7 +71,7 @@ async def handle(broker, ctx, request):
             elif (partition := partition_of(topic, pd.index)) is None:
                 res = _result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             else:
-                res, next_offset = _append(broker, ctx, partition, pd.records, acks)
+                res, next_offset = await _append(broker, ctx, partition, pd.records, acks)
                 if res.error_code == ErrorCode.NONE:
                     produced_bytes += len(pd.records)
                     if acks == -1:
@@ -103,7 +103,7 @@ def _has_transactional_records(request) -> bool:
     return False
 
 
-def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProduceResponse, int]:
+async def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProduceResponse, int]:
     """Validate and append one partition's records: (its response, the next offset)."""
     if acks == -1 and partition.config["min.insync.replicas"] > 1:
         return _result(
@@ -116,6 +116,8 @@ def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProduceResp
         validated = broker.hook.brokkr_validate_records(
             partition=partition, records=records, context=ctx, broker=broker
         )
+        if not isinstance(validated, ValidatedRecords):  # a walk off the event loop
+            validated = await validated
         info = broker.append(partition, validated)
     except RecordsError as exc:
         res = _result(partition.index, exc.code, str(exc))

@@ -36,6 +36,7 @@ Record (inside the batch, possibly compressed)::
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -192,11 +193,13 @@ class Record:
 @attrs.frozen
 class RecordScan:
     """What validation needs from a batch's records, gathered in one pass: one object per
-    batch, lists indexed like the records."""
+    batch, arrays indexed like the records (8 bytes a record, no object per record, so a
+    batch of millions of tiny records costs a bounded multiple of its size)."""
 
-    timestamp_deltas: list[int]
-    offset_deltas: list[int]
-    keyless: list[int]  # indexes of the records without a key
+    timestamp_deltas: array
+    offset_deltas: array
+    keyless: array  # indexes of the records without a key
+    sequential: bool  # whether the offset deltas are 0..n-1
 
 
 def scan_records_untrusted(header: BatchHeader, payload: bytes | memoryview) -> RecordScan:
@@ -206,37 +209,39 @@ def scan_records_untrusted(header: BatchHeader, payload: bytes | memoryview) -> 
     within its declared length, that fill the section exactly. Raises CorruptRequest.
     """
     pos, end = 0, len(payload)
-    timestamp_deltas: list[int] = []
-    offset_deltas: list[int] = []
-    keyless: list[int] = []
+    timestamp_deltas, offset_deltas, keyless = array("q"), array("q"), array("q")
+    sequential = True
     for index in range(header.record_count):
         timestamp_delta, offset_delta, key, _, _, pos = _record_at(payload, pos, end)
         timestamp_deltas.append(timestamp_delta)
         offset_deltas.append(offset_delta)
+        if offset_delta != index:
+            sequential = False
         if key is None:
             keyless.append(index)
     if pos != end:
         raise CorruptRequest("Incorrect declared batch size, records still remaining in file")
-    return RecordScan(timestamp_deltas, offset_deltas, keyless)
+    return RecordScan(timestamp_deltas, offset_deltas, keyless, sequential)
 
 
 def decode_records(header: BatchHeader, payload: bytes | memoryview) -> list[Record]:
     """Decode the (already decompressed) records section of a batch."""
+    return list(iter_records(header, payload))
+
+
+def iter_records(header: BatchHeader, payload: bytes | memoryview) -> Iterator[Record]:
+    """The records of a (decompressed) records section, one at a time."""
     pos, end = 0, len(payload)
-    out = []
     for _ in range(header.record_count):
         timestamp_delta, offset_delta, key, value, headers, pos = _record_at(payload, pos, end)
         timestamp = header.max_timestamp if header.log_append_time else header.base_timestamp + timestamp_delta
-        out.append(
-            Record(
-                header.base_offset + offset_delta,
-                timestamp,
-                _bytes(payload, key),
-                _bytes(payload, value),
-                tuple((str(payload[k[0] : k[1]], "utf-8", "replace"), _bytes(payload, v)) for k, v in headers),
-            )
+        yield Record(
+            header.base_offset + offset_delta,
+            timestamp,
+            _bytes(payload, key),
+            _bytes(payload, value),
+            tuple((str(payload[k[0] : k[1]], "utf-8", "replace"), _bytes(payload, v)) for k, v in headers),
         )
-    return out
 
 
 _Span = tuple[int, int] | None  # (start, end) of a byte field in the buffer; None: null

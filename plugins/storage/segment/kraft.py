@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
-
 from brokkr.core.compression import Codec, DecompressionError
 from brokkr.core.errors import CorruptRequest
 from brokkr.core.log import batch_records

@@ -1,0 +1,103 @@
+"""Bounded work per Produce request: a tiny compressed batch of a huge number of empty
+records is walked and rebuilt away from the event loop, in the broker's offload workers,
+so other connections keep their latency and the broker's own memory stays flat; a record
+count the bytes cannot hold is refused before anything is decompressed or walked."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import zstandard
+from brokkr.core.errors import ErrorCode
+from brokkr.core.protocol.records import encode_batch
+from brokkr.core.testing import RawClient
+from serve import Served
+from wire import LIST_OFFSETS, METADATA, PRODUCE, batch, list_offsets_body, metadata_body, produce_body
+
+EMPTY_RECORD = bytes([12, 0, 0, 0, 1, 1, 0])  # length 6, attributes, timestamp and offset delta 0, null key and value
+ZSTD = 4
+
+
+def empty_records_batch(count: int, declared: int | None = None) -> bytes:
+    """A zstd batch of ``count`` empty records, every offset delta 0 (so it is rebuilt)."""
+    compressed = zstandard.ZstdCompressor().compress(EMPTY_RECORD * count)
+    return encode_batch(
+        compressed,
+        record_count=declared or count,
+        attributes=ZSTD,
+        base_timestamp=int(time.time() * 1000),
+        max_timestamp=int(time.time() * 1000),
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+    )
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def part_of(response):
+    return response.responses[0].partition_responses[0]
+
+
+@pytest.fixture
+def served(tmp_path):
+    broker = Served(
+        "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path / 'd'}", cwd=tmp_path
+    )
+    yield broker
+    broker.kill()
+
+
+def test_a_tiny_batch_of_half_a_million_records_does_not_stall_other_clients(served):
+    bomb = empty_records_batch(500_000)
+    assert len(bomb) < 1000
+    with RawClient(served.address, timeout=60) as attacker, RawClient(served.address) as other:
+        for t in ("bomb", "plain"):
+            assert attacker.request(METADATA, 12, metadata_body(t)).topics[0].error_code == 0
+        for _ in range(20):  # warm up the well-behaved client's path
+            assert part_of(other.request(PRODUCE, 9, produce_body("plain", batch(10)))).error_code == 0
+        baseline_rss = rss_mb(served.proc.pid)
+
+        answer: dict = {}
+        attack = threading.Thread(
+            target=lambda: answer.update(part=part_of(attacker.request(PRODUCE, 9, produce_body("bomb", bomb))))
+        )
+        attack.start()
+        latencies, peak_rss = [], baseline_rss
+        while attack.is_alive():
+            start = time.perf_counter()
+            assert part_of(other.request(PRODUCE, 9, produce_body("plain", batch(10)))).error_code == 0
+            latencies.append(time.perf_counter() - start)
+            peak_rss = max(peak_rss, rss_mb(served.proc.pid))
+            time.sleep(0.01)
+        attack.join()
+
+    assert answer["part"].error_code == ErrorCode.NONE, answer
+    assert len(latencies) > 20, "the other client was served all along"
+    assert max(latencies) < 0.5, f"slowest produce while the batch was walked: {max(latencies):.3f} s"
+    assert peak_rss - baseline_rss < 100, f"the broker's own memory grew by {peak_rss - baseline_rss:.0f} MB"
+    with RawClient(served.address) as c:
+        [latest] = c.request(LIST_OFFSETS, 7, list_offsets_body("bomb", -1)).topics[0].partitions
+        assert latest.offset == 500_000
+
+
+def test_a_record_count_the_bytes_cannot_hold_is_refused_before_any_work(brokkr_broker_factory):
+    broker = brokkr_broker_factory({"socket.request.max.bytes": "1000000"})
+    with RawClient(broker.bootstrap_servers) as c:
+        assert c.request(METADATA, 12, metadata_body("t")).topics[0].error_code == 0
+        # 200,000 records of at least 7 bytes cannot decompress within socket.request.max.bytes.
+        claimed = empty_records_batch(10, declared=200_000)
+        start = time.perf_counter()
+        part = part_of(c.request(PRODUCE, 9, produce_body("t", claimed)))
+        assert time.perf_counter() - start < 1
+        assert part.error_code == ErrorCode.INVALID_RECORD
+        assert "200000 records cannot fit in 1000000 bytes" in part.error_message
+        # And one whose records decompress to fewer bytes than its count needs.
+        part = part_of(c.request(PRODUCE, 9, produce_body("t", empty_records_batch(10, declared=5000))))
+        assert part.error_code == ErrorCode.INVALID_RECORD
+        assert "5000 records cannot fit in 70 bytes" in part.error_message
