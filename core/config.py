@@ -72,6 +72,9 @@ class ConfigDef:
     synonym: str | None = None
     validator: Callable[[Any], None] | None = None
     sensitive: bool = False
+    #: A family of settings: every name that starts with ``name`` (ending in ".") takes
+    #: this definition (``brokkr.sink.spark.conf.<Spark setting>``).
+    prefix: bool = False
 
     def parse(self, raw: Any) -> Any:
         try:
@@ -98,6 +101,20 @@ def _parse(kind: ConfigType, raw: Any) -> Any:
     if kind is ConfigType.LIST:
         return [item.strip() for item in raw.split(",") if item.strip()]
     return raw
+
+
+def parse_ip_overrides(text: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count`` pairs, comma separated
+    (ValueError for anything else)."""
+    overrides = {}
+    for item in (part.strip() for part in (text or "").split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"expected host:count, found {item!r}")
+        overrides[host.strip("[]")] = int(count)
+    return overrides
 
 
 def at_least(minimum: int) -> Callable[[Any], None]:
@@ -185,6 +202,7 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("ssl.cipher.suites", LST, [], "TLS 1.2 cipher suites, OpenSSL names; empty: OpenSSL's defaults."),
     ConfigDef("node.id", I, 0, "This broker's id.", validator=at_least(0)),
     ConfigDef("log.dirs", LST, ["./data"], "Directories holding the partition logs."),
+    ConfigDef("log.dir", S, None, "The log directory when log.dirs is not set (Kafka's supplemental setting)."),
     ConfigDef("auto.create.topics.enable", B, True, "Create a topic when Metadata names an unknown one."),
     ConfigDef("num.partitions", I, 1, "Partitions of an auto-created topic.", validator=at_least(1)),
     ConfigDef(
@@ -192,7 +210,35 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef("delete.topic.enable", B, True, "Whether DeleteTopics may delete topics."),
     ConfigDef("socket.request.max.bytes", I, 104857600, "Largest request frame accepted.", validator=at_least(1)),
-    ConfigDef("connections.max.idle.ms", L, 600000, "Close connections idle (or stalled mid-frame) this long."),
+    ConfigDef(
+        "connections.max.idle.ms",
+        L,
+        600000,
+        "Close connections idle, stalled mid-frame or not reading their responses this long.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "max.connections",
+        I,
+        2147483647,
+        "Connections open at once; at the limit, accepting waits.",
+        validator=at_least(0),
+    ),
+    ConfigDef(
+        "max.connections.per.ip", I, 2147483647, "Connections from one address; more are closed.", validator=at_least(0)
+    ),
+    ConfigDef(
+        "max.connections.per.ip.overrides",
+        S,
+        "",
+        "Per-address limits: host:count,...",
+        validator=lambda text: parse_ip_overrides(text) and None,
+    ),
+    ConfigDef("queued.max.requests", I, 500, "Requests read and not yet answered, broker-wide.", validator=at_least(1)),
+    ConfigDef(
+        "queued.max.request.bytes", L, -1, "Bytes of requests read and not yet answered, broker-wide; -1: no bound."
+    ),
+    ConfigDef("fetch.max.bytes", I, 57671680, "Largest fetch response.", validator=at_least(1024)),
     ConfigDef("message.max.bytes", I, 1048588, "Largest record batch.", synonym=None, validator=at_least(0)),
     ConfigDef("log.segment.bytes", I, 1073741824, "Segment size before a roll.", validator=at_least(14)),
     ConfigDef("log.roll.hours", I, 168, "Segment age before a roll, in hours."),
@@ -358,21 +404,56 @@ def listener_value(config: Mapping[str, Any], listener: str, name: str, mechanis
     return config.get(prefix + name, config.get(name))
 
 
+def misspelt(name: str, known: Iterable[str]) -> str | None:
+    """The known setting ``name`` is most likely a misspelling of: one or two letters
+    off (added, dropped, changed or swapped; one for names under ten letters), else None."""
+    allowed = 1 if len(name) < 10 else 2
+    best = min(((_distance(name, k, allowed), k) for k in known), default=(allowed + 1, None))
+    return best[1] if best[0] <= allowed else None
+
+
+def _distance(a: str, b: str, limit: int) -> int:
+    """Optimal string alignment distance between ``a`` and ``b``, or ``limit + 1`` once it exceeds ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    previous, row = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            current[j] = min(row[j] + 1, current[j - 1] + 1, row[j - 1] + (ca != cb))
+            if previous is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                current[j] = min(current[j], previous[j - 2] + 1)
+        if min(current) > limit:
+            return limit + 1
+        previous, row = row, current
+    return row[-1]
+
+
 class BrokerConfig(Mapping[str, Any]):
     """The broker's resolved settings: a read-only mapping of Kafka names to typed values."""
 
     def __init__(self, values: Mapping[str, Any] | None = None, defs: Iterable[ConfigDef] = ()):
         self.defs: dict[str, ConfigDef] = {d.name: d for d in (*BROKER_CONFIGS, *defs)}
         self.explicit: dict[str, Any] = {}
+        families = [d for d in self.defs.values() if d.prefix]
         for key, raw in (values or {}).items():
-            d = self.defs.get(key) or listener_override_def(key, self.defs)
+            d = (
+                self.defs.get(key)
+                or listener_override_def(key, self.defs)
+                or next((attrs.evolve(f, name=key) for f in families if key.startswith(f.name)), None)
+            )
             if d is None:
+                meant = misspelt(key, [name for name, d in self.defs.items() if not d.prefix])
+                if meant is not None:
+                    raise ConfigError(f"Unknown configuration {key!r}: did you mean {meant!r}?")
                 log.warning("The configuration %s was supplied but isn't a known config.", key)
                 self.explicit[key] = raw
                 continue
             self.explicit[key] = d.parse(raw)
         self._values = {name: d.default for name, d in self.defs.items()}
         self._values.update(self.explicit)
+        if self._values["log.dir"] is not None and "log.dirs" not in self.explicit:
+            self._values["log.dirs"] = [self._values["log.dir"]]
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]

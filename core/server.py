@@ -22,11 +22,12 @@ import contextlib
 import itertools
 import logging
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .authenticator import SaslListener, SaslServerAuthenticator
+from .connections import ConnectionQuotas, RequestQueue
 from .context import ConnectionInfo
 from .dispatch import handle_frame_with_throttle
 from .errors import CloseConnection, CorruptRequest
@@ -42,6 +43,9 @@ log = logging.getLogger("brokkr.server")
 # Stream buffer per connection: large enough that a typical 1 MiB produce frame is read
 # without pausing and resuming the transport many times.
 READ_BUFFER_BYTES = 1 << 20
+# Connections the kernel completes for a listener while the broker is not accepting
+# (max.connections reached), as Kafka's Acceptor leaves them in its backlog.
+BACKLOG = 128
 # How long a connection closed after an authentication failure waits for the client to close first.
 CLOSE_GRACE_S = 0.1
 
@@ -61,10 +65,13 @@ async def _let_peer_close(reader: asyncio.StreamReader) -> None:
 class Server:
     def __init__(self, broker: Broker):
         self.broker = broker
-        self._servers: list[asyncio.AbstractServer] = []
+        self._sockets: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
         self._ids = itertools.count()
         self._sasl: dict[str, SaslListener] = {}
+        self.quotas: ConnectionQuotas | None = None
+        self.requests = RequestQueue(broker.config["queued.max.requests"], broker.config["queued.max.request.bytes"])
 
     async def start(self, listeners: list[Listener]) -> list[Listener]:
         config = self.broker.config
@@ -74,37 +81,79 @@ class Server:
             lst.name: SaslListener.from_config(config, lst.name, mechanisms) for lst in listeners if lst.uses_sasl
         }
         tls = {lst.name: server_context(config, lst.name) for lst in listeners if lst.uses_tls}
+        self.quotas = ConnectionQuotas(config, [lst.name for lst in listeners])
         bound = []
-        for listener in listeners:
-            server = await asyncio.start_server(
-                lambda r, w, lst=listener: self._serve(lst, r, w),
-                listener.host or None,
-                listener.port,
-                limit=READ_BUFFER_BYTES,
-                ssl=tls.get(listener.name),
+        try:
+            for listener in listeners:
+                sock = socket.create_server((listener.host or "", listener.port), backlog=BACKLOG)
+                sock.setblocking(False)
+                self._sockets.append(sock)
+                port = sock.getsockname()[1]
+                host = listener.host if listener.host not in ("", "0.0.0.0", "::") else socket.getfqdn()
+                bound.append(attrs.evolve(listener, host=host, port=port))
+        except BaseException:
+            for sock in self._sockets:
+                sock.close()
+            raise
+        for listener, sock in zip(listeners, self._sockets):
+            task = asyncio.create_task(
+                self._accept(listener, sock, tls.get(listener.name)), name=f"accept-{listener.name}"
             )
-            self._servers.append(server)
-            port = server.sockets[0].getsockname()[1]
-            host = listener.host if listener.host not in ("", "0.0.0.0", "::") else socket.getfqdn()
-            bound.append(attrs.evolve(listener, host=host, port=port))
+            self._acceptors.append(task)
         return bound
 
+    async def _accept(self, listener: Listener, sock: socket.socket, ssl: Any) -> None:
+        """Kafka's Acceptor: at ``max.connections`` accept nothing (clients wait in the
+        backlog); over ``max.connections.per.ip`` close the new connection at once."""
+        assert self.quotas is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.quotas.wait_for_room(listener.name)
+            try:
+                conn, peer = await loop.sock_accept(sock)
+            except OSError as exc:  # e.g. out of file descriptors: try again shortly
+                log.warning("%s: accepting failed: %s", listener.name, exc)
+                await asyncio.sleep(0.1)
+                continue
+            ip = str(peer[0])
+            if not self.quotas.admit(listener.name, ip):
+                log.info("%s: closing a connection from %s: max.connections.per.ip reached", listener.name, ip)
+                conn.close()
+                continue
+            task = asyncio.create_task(self._open(listener, conn, ip, ssl))
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
+
+    async def _open(self, listener: Listener, conn: socket.socket, ip: str, ssl: Any) -> None:
+        assert self.quotas is not None
+        loop = asyncio.get_running_loop()
+        try:
+            reader = asyncio.StreamReader(limit=READ_BUFFER_BYTES)
+            protocol = asyncio.StreamReaderProtocol(reader)
+            try:
+                transport, _ = await loop.connect_accepted_socket(lambda: protocol, conn, ssl=ssl)
+            except (TimeoutError, OSError) as exc:  # e.g. a failed TLS handshake
+                log.info("%s: connection from %s failed before its first request: %s", listener.name, ip, exc)
+                conn.close()
+                return
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            await self._serve(listener, reader, writer)
+        finally:
+            self.quotas.release(listener.name, ip)
+
     async def stop_accepting(self) -> None:
-        for server in self._servers:
-            server.close()
+        for task in self._acceptors:
+            task.cancel()
+        for sock in self._sockets:
+            sock.close()
 
     async def close_connections(self) -> None:
         for task in list(self._connections):
             task.cancel()
         if self._connections:
             await asyncio.wait(list(self._connections), timeout=5)
-        for server in self._servers:
-            await server.wait_closed()
 
     async def _serve(self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
         peer = writer.get_extra_info("peername") or ("?", 0)
         conn = ConnectionInfo(
             connection_id=f"{listener.name}-{next(self._ids)}",
@@ -137,47 +186,36 @@ class Server:
                 try:
                     async with asyncio.timeout(idle_s):
                         head = await reader.readexactly(4)
-                        size = int.from_bytes(head, "big", signed=True)
-                        if size < 0 or size > limit:
-                            log.warning(
-                                "%s: frame of %d bytes is outside [0, %s=%d]; closing",
-                                conn.connection_id,
-                                size,
-                                limit_name,
-                                limit,
-                            )
-                            return
-                        frame = await reader.readexactly(size)
+                    size = int.from_bytes(head, "big", signed=True)
+                    if size < 0 or size > limit:
+                        log.warning(
+                            "%s: frame of %d bytes is outside [0, %s=%d]; closing",
+                            conn.connection_id,
+                            size,
+                            limit_name,
+                            limit,
+                        )
+                        return
+                    # Waiting here is waiting for the broker, not the client: no idle timeout.
+                    await self.requests.admit(size)
+                    try:
+                        async with asyncio.timeout(idle_s):
+                            frame = await reader.readexactly(size)
+                        keep_open, throttle_ms = await self._answer(conn, sasl, principal, frame, reader, writer)
+                    finally:
+                        self.requests.release(size)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 except TimeoutError:
-                    log.info("%s: idle or stalled for connections.max.idle.ms; closing", conn.connection_id)
+                    log.info(
+                        "%s: idle, stalled mid-frame or not reading its responses for connections.max.idle.ms; closing",
+                        conn.connection_id,
+                    )
+                    return
+                if not keep_open:
                     return
                 if sasl is not None:
-                    if sasl.intercepts(frame):
-                        outcome = await sasl.authenticate(frame)
-                        if outcome.response is not None:
-                            writer.write(outcome.response)
-                            await writer.drain()
-                        if not outcome.keep_open:
-                            if outcome.response is not None:
-                                await _let_peer_close(reader)
-                            return
-                        principal = sasl.principal
-                        continue
-                    if sasl.session_expired():
-                        log.info("%s: SASL session expired (connections.max.reauth.ms); closing", conn.connection_id)
-                        return
-                try:
-                    response, throttle_ms = await handle_frame_with_throttle(self.broker, conn, principal, frame)
-                except CloseConnection:
-                    return
-                except CorruptRequest as exc:
-                    log.warning("%s: %s; closing the connection", conn.connection_id, exc)
-                    return
-                if response is not None:
-                    writer.write(response)
-                    await writer.drain()
+                    principal = sasl.principal
                 if throttle_ms:  # KIP-219: answer at once, then read nothing more until the throttle time passes
                     await asyncio.sleep(throttle_ms / 1000)
         except (asyncio.CancelledError, ConnectionError):  # shutdown, or the client went away
@@ -185,5 +223,34 @@ class Server:
         except Exception:
             log.exception("%s: unexpected error; closing the connection", conn.connection_id)
         finally:
-            self._connections.discard(task)
             writer.close()
+
+    async def _answer(self, conn, sasl, principal, frame, reader, writer) -> tuple[bool, int]:
+        """Answer one frame: (keep the connection open?, throttle time in ms). Raises
+        TimeoutError when the response cannot be written within connections.max.idle.ms."""
+        idle_s = self.broker.config["connections.max.idle.ms"] / 1000
+        if sasl is not None:
+            if sasl.intercepts(frame):
+                outcome = await sasl.authenticate(frame)
+                if outcome.response is not None:
+                    writer.write(outcome.response)
+                    async with asyncio.timeout(idle_s):
+                        await writer.drain()
+                if not outcome.keep_open and outcome.response is not None:
+                    await _let_peer_close(reader)
+                return outcome.keep_open, 0
+            if sasl.session_expired():
+                log.info("%s: SASL session expired (connections.max.reauth.ms); closing", conn.connection_id)
+                return False, 0
+        try:
+            response, throttle_ms = await handle_frame_with_throttle(self.broker, conn, principal, frame)
+        except CloseConnection:
+            return False, 0
+        except CorruptRequest as exc:
+            log.warning("%s: %s; closing the connection", conn.connection_id, exc)
+            return False, 0
+        if response is not None:
+            writer.write(response)
+            async with asyncio.timeout(idle_s):  # a client that stops reading is closed like an idle one
+                await writer.drain()
+        return True, throttle_ms

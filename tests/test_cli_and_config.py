@@ -69,3 +69,33 @@ def test_kafka_defaults_and_topic_synonyms():
         cfg.topic_config({"no.such": "1"})
     with pytest.raises(ConfigError, match="compression.type"):
         BrokerConfig({"compression.type": "brotli"})
+
+
+def test_a_misspelt_setting_refuses_to_start_and_an_unknown_one_is_warned_about(tmp_path, caplog):
+    proc = subprocess.run(
+        [sys.executable, "-m", "brokkr.core.cli", "serve", "--override", "log.retenton.ms=1000"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "Unknown configuration 'log.retenton.ms': did you mean 'log.retention.ms'?" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    with caplog.at_level("WARNING", logger="brokkr.core.config"):
+        config = BrokerConfig({"foo.bar": "1", "num.partitions": "2"})
+    assert config["num.partitions"] == 2
+    assert "The configuration foo.bar was supplied but isn't a known config." in caplog.text
+    with pytest.raises(ConfigError, match="did you mean 'num.partitions'"):
+        BrokerConfig({"num.partitoins": "2"})
+
+
+def test_families_of_settings_and_kafkas_log_dir():
+    from brokkr.plugins.sinks.spark.sink import CONFIGS
+
+    config = BrokerConfig({"brokkr.sink.spark.conf.spark.executor.memory": "2g", "log.dir": "/srv/kafka"}, CONFIGS)
+    assert config.explicit["brokkr.sink.spark.conf.spark.executor.memory"] == "2g"
+    assert config["log.dirs"] == ["/srv/kafka"]
+    assert BrokerConfig({"log.dir": "/a", "log.dirs": "/b,/c"})["log.dirs"] == ["/b", "/c"]
+    with pytest.raises(ConfigError, match="max.connections.per.ip.overrides"):
+        BrokerConfig({"max.connections.per.ip.overrides": "127.0.0.1"})

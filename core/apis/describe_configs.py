@@ -61,7 +61,7 @@ def _topic_entries(broker, topic, request) -> list:
 
 def _broker_entries(broker, request) -> list:
     out = []
-    for name, d in sorted(broker.config.defs.items()):
+    for name, d in sorted((n, d) for n, d in broker.config.defs.items() if not d.prefix):
         source = ConfigSource.STATIC_BROKER_CONFIG if name in broker.config.explicit else ConfigSource.DEFAULT_CONFIG
         value = None if d.sensitive else format_value(broker.config[name])
         synonyms = [DescribeConfigsSynonym(name=name, value=value, source=source)] if request.include_synonyms else []

@@ -102,7 +102,7 @@ async def handle(broker, ctx, request):
             items.append((fp, partition, err))
         plan.append((t, topic, items))
 
-    responses, total = _read_all(broker, plan, request.max_bytes)
+    responses, total = _read_all(broker, plan, min(request.max_bytes, broker.config["fetch.max.bytes"]))
     watched = {p for _, _, items in plan for _, p, err in items if p is not None and not err}
     if total < request.min_bytes and request.max_wait_ms > 0 and watched and not has_error:
         start = {p: p.bytes_appended for p in watched}
@@ -111,7 +111,7 @@ async def handle(broker, ctx, request):
             return total + sum(p.bytes_appended - n for p, n in start.items()) >= request.min_bytes
 
         await broker.purgatory.wait(DelayedOperation(request.max_wait_ms, enough), watched)
-        responses, total = _read_all(broker, plan, request.max_bytes)
+        responses, total = _read_all(broker, plan, min(request.max_bytes, broker.config["fetch.max.bytes"]))
 
     throttle = broker.throttle_ms(ctx, "fetch", total)
     return FetchResponse(throttle_time_ms=throttle, error_code=ErrorCode.NONE, session_id=0, responses=responses)

@@ -11,8 +11,7 @@ lake never slows the broker, and with ``brokkr.sink.retention.wait=true`` (the d
 retention keeps every segment until it is mirrored (``brokkr_sink_mirrored_offset``).
 Needs a storage with segment files (the default ``segment`` one). Spark settings come
 from ``brokkr.sink.spark.*`` (``conf.<key>`` for any Spark setting, passed as given), value
-schemas from ``brokkr.sink.value.schema.<topic>``; these prefixed names are not declared
-settings, so the broker logs them as unknown once at start.
+schemas from ``brokkr.sink.value.schema.<topic>`` (both declared as families of settings).
 """
 
 from __future__ import annotations
@@ -80,6 +79,8 @@ CONFIGS = [
     ),
     ConfigDef("brokkr.sink.spark.master", ConfigType.STRING, "local[*]", "The Spark master of the mirror process."),
     ConfigDef("brokkr.sink.spark.app.name", ConfigType.STRING, "brokkr-mirror", "The Spark application name."),
+    ConfigDef(CONF_PREFIX, ConfigType.STRING, None, "conf.<key>: any Spark setting, passed as given.", prefix=True),
+    ConfigDef(SCHEMA_PREFIX, ConfigType.STRING, None, "<topic>: Spark DDL of the topic's JSON values.", prefix=True),
 ]
 
 
