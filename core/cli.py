@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import os
 import sys
@@ -12,10 +14,25 @@ from .config import parse_overrides, read_properties
 from .errors import BrokkrError, ConfigError
 from .scram import DEFAULT_ITERATIONS, ScramCredential, ScramMechanism, check_iterations, scram_credentials
 
+M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+def _keep_large_buffers_mapped() -> None:
+    """glibc raises its mmap threshold each time a large block is freed, so that after a
+    burst of large requests their buffers come from the heap and stay held when freed. A
+    fixed threshold (glibc's mallopt M_MMAP_THRESHOLD) keeps buffers over 256 KiB mapped,
+    so the memory a client made the broker hold returns to the system when it goes. Done
+    for ``brokkr serve`` only: an embedding program keeps its own allocator settings."""
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt(M_MMAP_THRESHOLD, 256 * 1024)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
 
 def _serve(args: argparse.Namespace) -> int:
     from .broker import Broker
 
+    _keep_large_buffers_mapped()
     values: dict[str, str] = {}
     if args.config:
         values.update(read_properties(args.config))

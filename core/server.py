@@ -251,6 +251,10 @@ class Server:
             return False, 0
         if response is not None:
             writer.write(response)
+            # The transport holds what is unsent; dropping our reference now means a failed
+            # drain's traceback (kept in reference cycles until the next full collection)
+            # does not keep a large response alive after its client is gone.
+            del response
             async with asyncio.timeout(idle_s):  # a client that stops reading is closed like an idle one
                 await writer.drain()
         return True, throttle_ms

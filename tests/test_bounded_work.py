@@ -101,3 +101,23 @@ def test_a_record_count_the_bytes_cannot_hold_is_refused_before_any_work(brokkr_
         part = part_of(c.request(PRODUCE, 9, produce_body("t", empty_records_batch(10, declared=5000))))
         assert part.error_code == ErrorCode.INVALID_RECORD
         assert "5000 records cannot fit in 70 bytes" in part.error_message
+
+
+def test_a_topic_deleted_while_its_batch_is_walked_elsewhere_is_not_written(brokkr_broker_factory, caplog):
+    broker = brokkr_broker_factory()
+    answer: dict = {}
+    with RawClient(broker.bootstrap_servers, timeout=60) as c:
+        assert c.request(METADATA, 12, metadata_body("doomed")).topics[0].error_code == 0
+        produce = threading.Thread(
+            target=lambda: answer.update(
+                part=part_of(c.request(PRODUCE, 9, produce_body("doomed", empty_records_batch(300_000))))
+            )
+        )
+        produce.start()
+        time.sleep(0.3)  # the walk is under way in a worker
+        broker.call(broker.delete_topic, "doomed")
+        broker.call(broker.create_topic, "doomed")
+        produce.join(timeout=60)
+    assert answer["part"].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert broker.partition("doomed", 0).log.log_end_offset == 0, "nothing reached the new topic"
+    assert "Traceback" not in caplog.text and "appends fail" not in caplog.text

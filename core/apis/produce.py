@@ -118,6 +118,8 @@ async def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProdu
         )
         if not isinstance(validated, ValidatedRecords):  # a walk off the event loop
             validated = await validated
+            if broker.partition(partition.topic.name, partition.index) is not partition:  # deleted meanwhile
+                return _result(partition.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1
         info = broker.append(partition, validated)
     except RecordsError as exc:
         res = _result(partition.index, exc.code, str(exc))
