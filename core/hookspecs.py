@@ -41,6 +41,7 @@ implementation (codecs, storage) return objects the core keeps and calls directl
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -281,14 +282,20 @@ def brokkr_codecs(broker: Broker) -> list[Codec]:
 @hookspec(firstresult=True)
 def brokkr_validate_records(
     partition: Partition, records: memoryview, context: RequestContext, broker: Broker
-) -> ValidatedRecords | None:
+) -> ValidatedRecords | Awaitable[ValidatedRecords] | None:
     """Validate (and possibly convert) the record set produced to one partition.
 
-    Called once per partition per Produce request, before offsets are assigned. The
-    built-in validator (trylast, :mod:`brokkr.core.validation`) checks what Kafka checks
-    before an append (one batch of magic 2, sizes, CRC-32C, the offset range, no control
-    batch, keys on compacted topics, timestamp bounds) and converts the batch to the
-    topic's ``compression.type`` and ``message.timestamp.type``.
+    Called once per partition per Produce request, before offsets are assigned, on the
+    event loop. The built-in validator (trylast, :mod:`brokkr.core.validation`) checks
+    what Kafka checks before an append (one batch of magic 2, sizes, CRC-32C, the offset
+    range, no control batch, keys on compacted topics, timestamp bounds) and converts the
+    batch to the topic's ``compression.type`` and ``message.timestamp.type``. What reads
+    only the header runs at once; walking the records of a large or compressed batch is
+    returned as an awaitable that runs in the broker's worker processes
+    (:mod:`brokkr.core.offload`), so that other connections are not held up. A plugin
+    doing heavy work should do the same (e.g. ``loop.run_in_executor``); the append
+    follows once the awaitable is done, and is dropped if the partition was deleted
+    meanwhile.
 
     Stops at first non-None result.
 
@@ -297,8 +304,9 @@ def brokkr_validate_records(
     :param context: The request context.
     :param broker: The broker.
     :return: :class:`brokkr.core.validation.ValidatedRecords`: bytes ready for offset
-        assignment. Raise :class:`brokkr.core.validation.RecordsError` to reject the
-        partition's records with a Kafka error code.
+        assignment, or an awaitable of them. Raise (or let the awaitable raise)
+        :class:`brokkr.core.validation.RecordsError` to reject the partition's records
+        with a Kafka error code.
     """
 
 
