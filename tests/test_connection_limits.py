@@ -191,3 +191,27 @@ def test_other_clients_are_served_while_connections_stall(brokkr_broker_factory)
     assert max(latencies) < 0.5
     for s in stalled:
         s.close()
+
+
+def test_memory_held_by_frames_stalled_midway_returns_when_their_clients_go(tmp_path):
+    served = Served(
+        "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path / 'd'}", cwd=tmp_path
+    )
+    try:
+        baseline = rss_mb(served.proc.pid)
+        stalled = []
+        for _ in range(10):
+            s = connect(served.address)
+            s.sendall(struct.pack(">i", 99_000_000) + bytes(8 << 20))  # 8 MB of a 99 MB frame, then nothing
+            stalled.append(s)
+        time.sleep(1)
+        held = rss_mb(served.proc.pid) - baseline
+        assert held < 200, f"the broker holds what arrived, not what was declared: {held:.0f} MB"
+        for s in stalled:
+            s.close()
+        time.sleep(1)
+        with RawClient(served.address) as c:
+            assert c.request(METADATA, 12, metadata_body("t")).topics[0].error_code == 0
+        assert rss_mb(served.proc.pid) - baseline < 30, "and lets it go when they leave"
+    finally:
+        served.kill()
