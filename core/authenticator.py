@@ -289,7 +289,14 @@ class SaslServerAuthenticator:
     def _failure_message(self, exc: SaslException) -> str:
         """What the client reads: the message of a SaslAuthenticationException, else
         Kafka's generic one (the detail, which may say whether a user exists, is logged)."""
-        log.info("%s: failed SASL %s with %s: %s", self.connection.connection_id, self._phase, self.mechanism, exc)
+        log.info(
+            "%s: failed authentication with /%s (%s with %s: %s)",
+            self.connection.connection_id,
+            self.connection.client_host,
+            self._phase,
+            self.mechanism,
+            exc,
+        )
         if isinstance(exc, SaslAuthenticationException):
             return str(exc)
         return (

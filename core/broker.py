@@ -24,7 +24,7 @@ from typing import Any
 
 from .authorization import AclOperation, Action, AuthorizationResult, ResourceType
 from .compression import collect_codecs
-from .config import BROKER_CONFIGS, BrokerConfig
+from .config import BROKER_CONFIGS, BrokerConfig, format_value
 from .context import RequestContext
 from .delayed import Purgatory
 from .errors import BrokkrError, ConfigError, ErrorCode
@@ -97,8 +97,27 @@ class Broker:
             self._close_storage()
             raise
         self._maintenance = asyncio.create_task(self._maintain(), name="brokkr-log-maintenance")
+        self._log_start()
         log.info("brokkr node %s listening on %s", self.node_id, self.bootstrap_servers)
         self.hook.brokkr_broker_started(broker=self)
+
+    def _log_start(self) -> None:
+        """One line per loaded plugin (name, version, where from), then the settings given
+        (sensitive ones masked), as Kafka logs its config at start."""
+        dists = {id(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()}
+        for name, plugin in self.pm.list_name_plugin():
+            if plugin is None:  # blocked (brokkr.plugins.disabled)
+                continue
+            dist = dists.get(id(plugin))
+            if dist is not None:
+                origin = f"{dist.project_name} {dist.version}"
+            else:
+                origin = "built in" if name.startswith("brokkr.") else "passed to Broker"
+            log.info("plugin %s (%s) from %s", name, origin, getattr(plugin, "__file__", type(plugin).__module__))
+        for name in sorted(self.config.explicit):
+            d = self.config.defs.get(name)
+            hidden = (d is not None and d.sensitive) or "password" in name or "jaas" in name
+            log.info("setting %s=%s", name, "[hidden]" if hidden else format_value(self.config.explicit[name]))
 
     async def stop(self) -> None:
         if self._server is None:
@@ -176,6 +195,44 @@ class Broker:
         self._save_catalog()
         log.info("created topic %s (%s) with %d partition(s)", name, topic.topic_id, n)
         return topic
+
+    def alter_topic_config(self, name: str, overrides: Mapping[str, Any], validate_only: bool = False) -> None:
+        """Make ``overrides`` (Kafka's strings) the topic's own settings, at once and for good
+        (the catalog is saved). Raises BrokkrError: UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise BrokkrError(f"Topic {name} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        try:
+            typed = self.config.topic_config(overrides).overrides
+        except ConfigError as exc:
+            raise BrokkrError(str(exc), ErrorCode.INVALID_CONFIG) from None
+        if validate_only:
+            return
+        topic.config.replace(typed)
+        self._save_catalog()
+        log.info("altered the settings of topic %s: %s", name, topic.config.override_strings())
+
+    def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+        """CreatePartitions: grow topic ``name`` to ``count`` partitions (raises BrokkrError)."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise BrokkrError(f"The topic '{name}' does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        current = len(topic.partitions)
+        if count < current:
+            raise BrokkrError(
+                f"Topic currently has {current} partitions, which is higher than the requested {count}.",
+                ErrorCode.INVALID_PARTITIONS,
+            )
+        if count == current:
+            raise BrokkrError(f"Topic already has {current} partitions.", ErrorCode.INVALID_PARTITIONS)
+        if validate_only:
+            return
+        assert self.storage is not None
+        stored = StoredTopic(name, topic.topic_id, count, topic.config.override_strings())
+        for index in range(current, count):
+            topic.partitions.append(Partition(topic, index, self.storage.open_log(stored, index, topic.config)))
+        self._save_catalog()
+        log.info("topic %s now has %d partitions", name, count)
 
     def _open_topic(self, stored: StoredTopic) -> Topic:
         assert self.storage is not None, "the broker is not started"

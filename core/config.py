@@ -490,9 +490,16 @@ class TopicConfig(Mapping[str, Any]):
 
     def __init__(self, broker: BrokerConfig, overrides: dict[str, Any]):
         self.broker = broker
-        self.overrides = overrides
-        self._values = {name: broker.topic_default(name) for name in TOPIC_CONFIG_DEFS}
-        self._values.update(overrides)
+        self.version = 0  # bumped by each replace(): readers that cache values check it
+        self.replace(overrides)
+
+    def replace(self, overrides: dict[str, Any]) -> None:
+        """Make ``overrides`` (typed, validated) the topic's own settings, in place, so that
+        everything holding this object (the topic, its partitions' logs) sees them at once."""
+        values = {name: self.broker.topic_default(name) for name in TOPIC_CONFIG_DEFS}
+        values.update(overrides)
+        self.overrides, self._values = dict(overrides), values
+        self.version += 1
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger("brokkr.requests")
+#: One DEBUG line per answered request, like Kafka's ``kafka.request.logger``.
+request_log = logging.getLogger("brokkr.request.logger")
 
 
 async def handle_frame(broker: Broker, conn: ConnectionInfo, principal: Principal, frame: bytes) -> bytes | None:
@@ -40,12 +42,12 @@ async def handle_frame(broker: Broker, conn: ConnectionInfo, principal: Principa
 
 
 async def handle_frame_with_throttle(
-    broker: Broker, conn: ConnectionInfo, principal: Principal, frame: bytes
+    broker: Broker, conn: ConnectionInfo, principal: Principal, frame_in: bytes
 ) -> tuple[bytes | None, int]:
     """The response frame (None: no response) and for how many milliseconds the connection
     must then not be read (its throttle time, KIP-219)."""
     start = time.perf_counter()
-    header, body = parse_request_header_untrusted(frame)
+    header, body = parse_request_header_untrusted(frame_in)
     api = APIS.get(header.api_key)
     if api is None:
         raise UnknownApi(f"API {header.api_name} (key {header.api_key}) is not served by brokkr")
@@ -80,4 +82,21 @@ async def handle_frame_with_throttle(
     throttle = max(getattr(response, "throttle_time_ms", 0), broker.throttle_ms(ctx, "request", busy.seconds * 1000))
     if throttle and hasattr(response, "throttle_time_ms"):
         response.throttle_time_ms = throttle
-    return encode_response(header.api_key, version, header.correlation_id, response), throttle
+    frame = encode_response(header.api_key, version, header.correlation_id, response)
+    if request_log.isEnabledFor(logging.DEBUG):
+        request_log.debug(
+            "Completed request: %s v%d correlation %d from %s (client %s, principal %s, listener %s): %d bytes in, "
+            "%d bytes out, %.3f ms, throttled %d ms",
+            header.api_name,
+            version,
+            header.correlation_id,
+            conn.client_host,
+            header.client_id,
+            principal,
+            conn.listener,
+            len(frame_in),
+            len(frame),
+            (time.perf_counter() - start) * 1000,
+            throttle,
+        )
+    return frame, throttle

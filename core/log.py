@@ -152,6 +152,8 @@ class Storage(Protocol):
 
     #: Whether logs and the catalog survive a restart.
     durable: bool
+    # Optional: a storage that keeps partitions in files lists its directories as ``dirs``
+    # (DescribeLogDirs reports each, empty or not; segment paths say which holds what).
 
     def load_topics(self) -> list[StoredTopic]:
         """The topics kept from earlier runs, once their logs are recovered."""

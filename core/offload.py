@@ -25,6 +25,8 @@ import importlib
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -55,6 +57,15 @@ def _codec_classes(codecs: dict[int, Codec]) -> dict[int, tuple[str, str]]:
 def _start_worker(classes: dict[int, tuple[str, str]]) -> None:
     for codec_id, (module, name) in classes.items():
         _worker_codecs[codec_id] = getattr(importlib.import_module(module), name)()
+    threading.Thread(target=_exit_with_broker, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_broker(broker_pid: int) -> None:
+    """A worker whose broker was killed (SIGKILL leaves no chance to stop the pool) would
+    wait forever for work: it ends once its parent is gone."""
+    while os.getppid() == broker_pid:
+        time.sleep(1)
+    os._exit(0)
 
 
 def _run(walk: RecordWalk) -> ValidatedRecords:
@@ -88,10 +99,11 @@ class OffloadPool:
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+            # spawn: each worker is the broker's own child (see _exit_with_broker); fork
+            # would copy a process that runs threads.
             self._pool = ProcessPoolExecutor(
                 self.workers,
-                mp_context=multiprocessing.get_context(method),
+                mp_context=multiprocessing.get_context("spawn"),
                 initializer=_start_worker,
                 initargs=(self._classes,),
             )

@@ -5,6 +5,7 @@ count the bytes cannot hold is refused before anything is decompressed or walked
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -121,3 +122,29 @@ def test_a_topic_deleted_while_its_batch_is_walked_elsewhere_is_not_written(brok
     assert answer["part"].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert broker.partition("doomed", 0).log.log_end_offset == 0, "nothing reached the new topic"
     assert "Traceback" not in caplog.text and "appends fail" not in caplog.text
+
+
+def children_of(pid: int) -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.add(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def test_walk_workers_end_when_their_broker_is_killed(served):
+    with RawClient(served.address, timeout=60) as c:
+        assert c.request(METADATA, 12, metadata_body("t")).topics[0].error_code == 0
+        assert part_of(c.request(PRODUCE, 9, produce_body("t", empty_records_batch(5000)))).error_code == 0
+    workers = children_of(served.proc.pid)
+    assert workers, "the walk ran in worker processes"
+    served.kill()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{w}") for w in workers):
+        time.sleep(0.2)
+    assert not any(os.path.exists(f"/proc/{w}") for w in workers), "no worker outlives its broker"

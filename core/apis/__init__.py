@@ -49,6 +49,12 @@ _MODULES = (
     "delete_acls",
     "describe_client_quotas",
     "alter_client_quotas",
+    "incremental_alter_configs",
+    "alter_configs",
+    "create_partitions",
+    "describe_log_dirs",
+    "describe_cluster",
+    "describe_topic_partitions",
 )
 
 APIS: dict[int, Api] = {}

@@ -46,6 +46,24 @@ def cluster_store(broker, ctx, operation: AclOperation, store_hook, missing: tup
     return (store, None) if store is not None else (None, missing)
 
 
+#: The operations Kafka reports in ClusterAuthorizedOperations (bits of AclOperation codes).
+CLUSTER_OPERATIONS = (
+    AclOperation.CREATE,
+    AclOperation.ALTER,
+    AclOperation.DESCRIBE,
+    AclOperation.CLUSTER_ACTION,
+    AclOperation.DESCRIBE_CONFIGS,
+    AclOperation.ALTER_CONFIGS,
+    AclOperation.IDEMPOTENT_WRITE,
+)
+
+
+def cluster_authorized_operations(broker, ctx) -> int:
+    """The cluster operations the request's principal may perform, as Kafka's bit field."""
+    actions = [Action(op, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False) for op in CLUSTER_OPERATIONS]
+    return sum(1 << op for op, ok in zip(CLUSTER_OPERATIONS, broker.authorize(ctx, actions)) if ok)
+
+
 @attrs.frozen
 class NoResponse:
     """A handler's answer when the client expects none (Produce with acks=0): nothing is

@@ -78,7 +78,7 @@ async def handle(broker, ctx, request):
     )
     results = []
     for t in request.topics:
-        res = CreatableTopicResult(name=t.name, error_code=ErrorCode.NONE)
+        res = CreatableTopicResult(name=t.name, error_code=ErrorCode.NONE, error_message=None)
         results.append(res)
         if counts[t.name] > 1:
             res.error_code, res.error_message = (

@@ -15,6 +15,7 @@ from ..errors import BrokkrError, ErrorCode
 from ..listeners import advertised_listener
 from ..protocol.frames import response_spec
 from . import Api
+from .common import cluster_authorized_operations
 
 KEY = 3
 _R = response_spec(KEY)
@@ -82,6 +83,8 @@ async def handle(broker, ctx, request):
         response.topics = [_topic_response(broker, broker.topics[n]) for n, ok in zip(names, allowed) if ok]
     else:
         response.topics = _requested_topics(broker, ctx, request)
+    if v >= 8 and v <= 10 and request.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = cluster_authorized_operations(broker, ctx)
     if request.include_topic_authorized_operations:
         ops = _authorized_operations(broker, ctx, [t.name for t in response.topics if not t.error_code])
         for t in response.topics:

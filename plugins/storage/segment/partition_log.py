@@ -55,10 +55,7 @@ class SegmentLog:
     ):
         self.dir = directory
         self.config = config
-        # Read on every append: looked up once.
-        self._roll_limits = (config["segment.bytes"], config["segment.ms"])
-        self._flush_messages = config["flush.messages"]
-        self._flush_ms = config["flush.ms"] if config["flush.ms"] < LONG_MAX else None
+        self._read_config()
         self.codecs = codecs
         self._flusher = flusher
         self.deleted = False
@@ -130,7 +127,17 @@ class SegmentLog:
     def start_is_mid_segment(self) -> bool:
         return self._start > self._segments[0].base_offset
 
+    def _read_config(self) -> None:
+        """The settings read on every append, looked up once per change of the topic's config."""
+        config = self.config
+        self._config_version = config.version
+        self._roll_limits = (config["segment.bytes"], config["segment.ms"])
+        self._flush_messages = config["flush.messages"]
+        self._flush_ms = config["flush.ms"] if config["flush.ms"] < LONG_MAX else None
+
     def append(self, records, first_offset, last_offset, max_timestamp, record_count) -> AppendInfo:
+        if self.config.version != self._config_version:  # the topic was altered (AlterConfigs)
+            self._read_config()
         rolled = None
         active = self._segments[-1]
         if active.should_roll(len(records), last_offset, max_timestamp, *self._roll_limits):

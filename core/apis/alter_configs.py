@@ -1,0 +1,98 @@
+"""AlterConfigs (key 33), versions 0-2: replace a resource's settings wholesale (Kafka's
+legacy API; IncrementalAlterConfigs is the one AdminClients use today).
+
+Shared with :mod:`.incremental_alter_configs`: both take resources in the same shape and
+answer one result per resource, in Kafka's order of checks: a resource named twice is
+INVALID_REQUEST; then ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or on the
+cluster for a broker (CLUSTER_AUTHORIZATION_FAILED); then the resource itself. Topic
+settings take effect at once, for every partition, and are saved with the topic catalog;
+``validate_only`` checks everything and changes nothing. brokkr does not yet change
+broker settings at run time, so a broker resource with settings is answered as Kafka
+answers settings that are not dynamic (INVALID_REQUEST).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
+from ..errors import BrokkrError, ErrorCode
+from ..protocol.frames import response_spec
+from . import Api
+
+KEY = 33
+TOPIC, BROKER = 2, 4
+_R = response_spec(KEY)
+AlterConfigsResponse = _R.cls
+AlterConfigsResourceResponse = _R.struct("AlterConfigsResourceResponse")
+
+
+def alter_resources(broker, ctx, request, new_overrides: Callable, response_cls, result_cls):
+    """Answer an (Incremental)AlterConfigs request. ``new_overrides(topic, resource)`` gives
+    the topic's new settings (Kafka's strings) or raises BrokkrError."""
+    counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
+    actions = []
+    for r in request.resources:
+        if r.resource_type == TOPIC:
+            actions.append(Action(AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, r.resource_name))
+        elif r.resource_type == BROKER:
+            actions.append(Action(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME))
+    allowed = iter(broker.authorize(ctx, actions))
+    results = []
+    for r in request.resources:
+        res = result_cls(
+            resource_type=r.resource_type, resource_name=r.resource_name, error_code=ErrorCode.NONE, error_message=None
+        )
+        results.append(res)
+        authorized = next(allowed) if r.resource_type in (TOPIC, BROKER) else True
+        try:
+            if counts[(r.resource_type, r.resource_name)] > 1:
+                raise BrokkrError("Each resource may appear at most once in a request", ErrorCode.INVALID_REQUEST)
+            if r.resource_type == TOPIC:
+                if not authorized:
+                    raise BrokkrError("Authorization failed.", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                topic = broker.topics.get(r.resource_name)
+                if topic is None:
+                    raise BrokkrError(f"Topic {r.resource_name} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                names = Counter(c.name for c in r.configs)
+                if any(n > 1 for n in names.values()):
+                    raise BrokkrError("Error due to duplicate config keys", ErrorCode.INVALID_REQUEST)
+                broker.alter_topic_config(r.resource_name, new_overrides(topic, r), request.validate_only)
+            elif r.resource_type == BROKER:
+                if not authorized:
+                    raise BrokkrError("Authorization failed.", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                if r.resource_name not in ("", str(broker.node_id)):
+                    raise BrokkrError(
+                        f"Unexpected broker id, expected {broker.node_id} or empty string, but received "
+                        f"{r.resource_name}",
+                        ErrorCode.INVALID_REQUEST,
+                    )
+                if r.configs:
+                    names = ", ".join(sorted(c.name for c in r.configs))
+                    raise BrokkrError(f"Cannot update these configs dynamically: {names}", ErrorCode.INVALID_REQUEST)
+            else:
+                raise BrokkrError(f"Unsupported resource type {r.resource_type}", ErrorCode.INVALID_REQUEST)
+        except BrokkrError as exc:
+            res.error_code, res.error_message = exc.code, str(exc)
+    return response_cls(responses=results)
+
+
+def _replace(topic, resource) -> dict[str, str]:
+    return {c.name: c.value for c in resource.configs if c.value is not None}
+
+
+async def handle(broker, ctx, request):
+    return alter_resources(broker, ctx, request, _replace, AlterConfigsResponse, AlterConfigsResourceResponse)
+
+
+def error_response(request, code):
+    return AlterConfigsResponse(
+        responses=[
+            AlterConfigsResourceResponse(error_code=code, resource_type=r.resource_type, resource_name=r.resource_name)
+            for r in request.resources
+        ]
+    )
+
+
+API = Api(KEY, 0, 2, handle, error_response)

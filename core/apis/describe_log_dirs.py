@@ -1,0 +1,70 @@
+"""DescribeLogDirs (key 35), versions 1-5: each log directory, the partitions in it and
+their sizes, and (v4+) the directory's total and usable bytes. Needs DESCRIBE on the
+cluster (v3+ answers CLUSTER_AUTHORIZATION_FAILED; older versions an empty list, as
+Kafka does). A partition's directory is where its segment files are; a storage without
+files (``brokkr.storage=memory``) has no log directories to describe."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
+from ..errors import ErrorCode
+from ..protocol.frames import response_spec
+from . import Api
+
+KEY = 35
+_R = response_spec(KEY)
+DescribeLogDirsResponse = _R.cls
+DescribeLogDirsResult = _R.struct("DescribeLogDirsResult")
+DescribeLogDirsTopic = _R.struct("DescribeLogDirsTopic")
+DescribeLogDirsPartition = _R.struct("DescribeLogDirsPartition")
+
+
+def _wanted(broker, request):
+    if request.topics is None:
+        return [(t, p) for t in broker.topics.values() for p in t.partitions]
+    out = []
+    for rt in request.topics:
+        topic = broker.topics.get(rt.topic)
+        if topic is not None:
+            out.extend(topic.partitions[i] for i in rt.partitions if 0 <= i < len(topic.partitions))
+    return [(p.topic, p) for p in out]
+
+
+async def handle(broker, ctx, request):
+    if not broker.authorize(ctx, [Action(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)])[0]:
+        return error_response(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    # A storage keeping files lists its directories as ``dirs`` (see brokkr.core.log.Storage).
+    by_dir: dict[str, dict[str, list]] = {str(d): {} for d in getattr(broker.storage, "dirs", ())}
+    for topic, p in _wanted(broker, request):
+        segments = p.log.segments()
+        if not segments or segments[0].path is None:
+            continue
+        log_dir = str(Path(segments[0].path).parent.parent)
+        size = sum(s.size for s in segments)
+        by_dir.setdefault(log_dir, {}).setdefault(topic.name, []).append(
+            DescribeLogDirsPartition(partition_index=p.index, partition_size=size, offset_lag=0, is_future_key=False)
+        )
+    results = []
+    for log_dir, topics in sorted(by_dir.items()):
+        result = DescribeLogDirsResult(
+            error_code=ErrorCode.NONE,
+            log_dir=log_dir,
+            topics=[DescribeLogDirsTopic(name=name, partitions=parts) for name, parts in sorted(topics.items())],
+        )
+        try:
+            usage = shutil.disk_usage(log_dir)
+            result.total_bytes, result.usable_bytes = usage.total, usage.free
+        except OSError:
+            result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+        results.append(result)
+    return DescribeLogDirsResponse(error_code=ErrorCode.NONE, results=results)
+
+
+def error_response(request, code):
+    return DescribeLogDirsResponse(error_code=code, results=[])
+
+
+API = Api(KEY, 1, 5, handle, error_response)

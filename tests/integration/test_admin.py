@@ -1,0 +1,201 @@
+"""Admin APIs through real AdminClients: altering topic settings and adding partitions take
+effect at once and survive a restart; DescribeCluster, DescribeLogDirs and
+DescribeTopicPartitions answer as Kafka does; their error paths on raw sockets."""
+
+from __future__ import annotations
+
+import pytest
+from brokkr.core.errors import ErrorCode
+from brokkr.core.protocol.frames import request_spec
+from brokkr.core.testing import RawClient
+from confluent_kafka.admin import (  # noqa: E402, I001
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+)
+
+from .conftest import DEFAULT_TIMEOUT, ck_admin, ck_create_topic, ck_describe_topic_configs, ck_flush, ck_producer
+
+kafka = pytest.importorskip("kafka")
+from kafka.admin import KafkaAdminClient  # noqa: E402
+
+INCREMENTAL_ALTER_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, DESCRIBE_TOPIC_PARTITIONS = 44, 33, 37, 75
+
+
+def incremental(admin, topic: str, *entries: ConfigEntry) -> None:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=list(entries))
+    admin.incremental_alter_configs([resource], request_timeout=10)[resource].result(timeout=DEFAULT_TIMEOUT)
+
+
+def test_incremental_alter_configs_takes_effect_at_once_and_survives_a_restart(
+    brokkr_broker_factory, tmp_path, topic_name
+):
+    log_dir = tmp_path / "data"
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    ck_create_topic(broker.bootstrap_servers, topic_name)
+    admin = ck_admin(broker.bootstrap_servers)
+    incremental(
+        admin,
+        topic_name,
+        ConfigEntry("segment.bytes", "20000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+    )
+    configs = ck_describe_topic_configs(broker.bootstrap_servers, topic_name)
+    assert configs["segment.bytes"].value == "20000"
+    assert configs["segment.bytes"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["cleanup.policy"].value == "delete,compact"
+    assert configs["max.message.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+
+    # The partition's log rolls at the new size, without a restart.
+    producer = ck_producer(broker.bootstrap_servers, **{"batch.size": 1000})
+    for i in range(40):
+        producer.produce(topic_name, key=b"k%d" % i, value=b"x" * 1000)
+        producer.poll(0)
+    ck_flush(producer)
+    assert len(broker.partition(topic_name, 0).log.segments()) > 1
+
+    incremental(admin, topic_name, ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE))
+    broker.stop()
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    configs = ck_describe_topic_configs(broker.bootstrap_servers, topic_name)
+    assert configs["segment.bytes"].value == "20000" and configs["cleanup.policy"].value == "delete,compact"
+    assert configs["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
+def test_alter_configs_errors_and_validate_only(brokkr_broker, topic_name):
+    ck_create_topic(brokkr_broker.bootstrap_servers, topic_name)
+    admin = ck_admin(brokkr_broker.bootstrap_servers)
+    bad = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic_name,
+        incremental_configs=[ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)],
+    )
+    with pytest.raises(Exception, match="retention.ms"):
+        admin.incremental_alter_configs([bad], request_timeout=10)[bad].result(timeout=DEFAULT_TIMEOUT)
+    spec = request_spec(INCREMENTAL_ALTER_CONFIGS)
+    Resource, Config = spec.struct("AlterConfigsResource"), spec.struct("AlterableConfig")
+
+    def send(resource_type, name, *configs, validate_only=False):
+        body = spec.cls(resources=[Resource(resource_type=resource_type, resource_name=name, configs=list(configs))])
+        body.validate_only = validate_only
+        with RawClient(brokkr_broker.bootstrap_servers) as c:
+            return c.request(INCREMENTAL_ALTER_CONFIGS, 1, body).responses[0]
+
+    r = send(2, "no-such-topic", Config(name="retention.ms", config_operation=0, value="1"))
+    assert r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    r = send(2, topic_name, Config(name="no.such.setting", config_operation=0, value="1"))
+    assert (r.error_code, r.error_message) == (ErrorCode.INVALID_CONFIG, "Unknown topic config name: no.such.setting")
+    r = send(2, topic_name, Config(name="retention.ms", config_operation=2, value="1"))
+    assert r.error_code == ErrorCode.INVALID_CONFIG and "append is not allowed" in r.error_message
+    r = send(4, "", Config(name="log.retention.ms", config_operation=0, value="1"))
+    assert r.error_code == ErrorCode.INVALID_REQUEST and "Cannot update these configs dynamically" in r.error_message
+    r = send(2, topic_name, Config(name="retention.ms", config_operation=0, value="1234"), validate_only=True)
+    assert r.error_code == ErrorCode.NONE and r.error_message is None
+    assert brokkr_broker.topics[topic_name].config["retention.ms"] != 1234, "validate_only changes nothing"
+
+    # The legacy AlterConfigs replaces the whole set.
+    admin.alter_configs(
+        [ConfigResource(ConfigResource.Type.TOPIC, topic_name, set_config={"retention.bytes": "5000"})]
+    )[ConfigResource(ConfigResource.Type.TOPIC, topic_name)].result(timeout=DEFAULT_TIMEOUT)
+    assert brokkr_broker.topics[topic_name].config.override_strings() == {"retention.bytes": "5000"}
+
+
+def test_create_partitions_from_both_admin_clients_and_producers_see_them(brokkr_broker_factory, tmp_path, topic_name):
+    log_dir = tmp_path / "data"
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    ck_create_topic(broker.bootstrap_servers, topic_name)
+    admin = ck_admin(broker.bootstrap_servers)
+    admin.create_partitions([NewPartitions(topic_name, 3)])[topic_name].result(timeout=DEFAULT_TIMEOUT)
+    producer = ck_producer(broker.bootstrap_servers, **{"topic.metadata.refresh.interval.ms": 500})
+    producer.produce(topic_name, b"to-2", partition=2)
+    ck_flush(producer)
+    assert broker.partition(topic_name, 2).log.log_end_offset == 1
+
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        from kafka.admin import NewPartitions as KpNewPartitions
+
+        kp.create_partitions({topic_name: KpNewPartitions(total_count=5)})
+    finally:
+        kp.close()
+    assert len(broker.topics[topic_name].partitions) == 5
+    future = admin.create_partitions([NewPartitions(topic_name, 4)])[topic_name]
+    with pytest.raises(Exception, match="higher than the requested 4"):
+        future.result(timeout=DEFAULT_TIMEOUT)
+    broker.stop()
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    assert len(broker.topics[topic_name].partitions) == 5
+    assert broker.partition(topic_name, 2).log.log_end_offset == 1
+
+
+def test_create_partitions_error_paths(brokkr_broker, topic_name):
+    ck_create_topic(brokkr_broker.bootstrap_servers, topic_name)
+    spec = request_spec(CREATE_PARTITIONS)
+    Topic, Assignment = spec.struct("CreatePartitionsTopic"), spec.struct("CreatePartitionsAssignment")
+
+    def send(*topics, validate_only=False):
+        for t in topics:
+            t.assignments = t.assignments or None  # null unless given, as clients send it
+        with RawClient(brokkr_broker.bootstrap_servers) as c:
+            body = spec.cls(topics=list(topics), timeout_ms=5000, validate_only=validate_only)
+            return {r.name: r for r in c.request(CREATE_PARTITIONS, 3, body).results}
+
+    r = send(Topic(name="missing", count=2))["missing"]
+    assert r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    r = send(Topic(name=topic_name, count=1))[topic_name]
+    assert (r.error_code, r.error_message) == (ErrorCode.INVALID_PARTITIONS, "Topic already has 1 partitions.")
+    r = send(Topic(name=topic_name, count=3, assignments=[Assignment(broker_ids=[0])]))[topic_name]
+    assert r.error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT and "by 2 but 1 assignments" in r.error_message
+    r = send(Topic(name=topic_name, count=2, assignments=[Assignment(broker_ids=[7])]))[topic_name]
+    assert r.error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT and "broker 7" in r.error_message
+    r = send(Topic(name=topic_name, count=2), Topic(name=topic_name, count=3))[topic_name]
+    assert r.error_code == ErrorCode.INVALID_REQUEST
+    r = send(Topic(name=topic_name, count=2), validate_only=True)[topic_name]
+    assert r.error_code == ErrorCode.NONE and len(brokkr_broker.topics[topic_name].partitions) == 1
+
+
+def test_describe_cluster_log_dirs_and_topic_partitions(brokkr_broker_factory, tmp_path, topic_name):
+    broker = brokkr_broker_factory({"log.dirs": str(tmp_path / "data")})
+    ck_create_topic(broker.bootstrap_servers, topic_name, partitions=3)
+    producer = ck_producer(broker.bootstrap_servers)
+    producer.produce(topic_name, b"x" * 500, partition=1)
+    ck_flush(producer)
+
+    admin = ck_admin(broker.bootstrap_servers)  # kept alive while its future runs
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=10)
+    assert cluster.cluster_id == broker.cluster_id and cluster.controller.id == broker.node_id
+    assert [n.id for n in cluster.nodes] == [broker.node_id] and cluster.authorized_operations
+
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        dirs = kp.describe_log_dirs()
+    finally:
+        kp.close()
+    text = repr(dirs)
+    assert str(tmp_path / "data") in text and topic_name in text
+
+    spec = request_spec(DESCRIBE_TOPIC_PARTITIONS)
+    with RawClient(broker.bootstrap_servers) as c:
+        body = spec.cls(topics=[spec.struct("TopicRequest")(name=topic_name)], response_partition_limit=2)
+        first = c.request(DESCRIBE_TOPIC_PARTITIONS, 0, body)
+        assert [p.partition_index for p in first.topics[0].partitions] == [0, 1]
+        assert (first.next_cursor.topic_name, first.next_cursor.partition_index) == (topic_name, 2)
+        body.cursor = spec.struct("Cursor")(topic_name=topic_name, partition_index=2)
+        rest = c.request(DESCRIBE_TOPIC_PARTITIONS, 0, body)
+        assert [p.partition_index for p in rest.topics[0].partitions] == [2] and rest.next_cursor is None
+        body = spec.cls(topics=[spec.struct("TopicRequest")(name="missing")])
+        assert (
+            c.request(DESCRIBE_TOPIC_PARTITIONS, 0, body).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
+
+
+def test_a_successful_create_topics_answers_a_null_error_message(brokkr_broker):
+    spec = request_spec(19)
+    topic = spec.struct("CreatableTopic")(name="fresh", num_partitions=1, replication_factor=1)
+    with RawClient(brokkr_broker.bootstrap_servers) as c:
+        [result] = c.request(19, 7, spec.cls(topics=[topic], timeout_ms=5000)).topics
+    assert result.error_code == ErrorCode.NONE and result.error_message is None

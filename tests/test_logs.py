@@ -1,0 +1,47 @@
+"""What the broker logs: its plugins and given settings at start, failed authentications,
+and one DEBUG line per request on ``brokkr.request.logger`` (Kafka's request logger)."""
+
+from __future__ import annotations
+
+import logging
+
+from brokkr.core.plugins import hookimpl
+from brokkr.core.protocol.frames import request_spec
+from brokkr.core.testing import RawClient
+from wire import API_VERSIONS
+
+
+class Passed:
+    @hookimpl
+    def brokkr_after_log_append(self):
+        pass
+
+
+def test_start_logs_each_plugin_and_the_settings_given_with_secrets_masked(brokkr_broker_factory, caplog):
+    with caplog.at_level(logging.INFO, logger="brokkr"):
+        brokkr_broker_factory(
+            {
+                "num.partitions": "3",
+                "ssl.key.password": "s3cret",
+                "brokkr.plugins.disabled": "brokkr.plugins.sinks.spark.sink",
+            },
+            plugins=[Passed()],
+        )
+    lines = [r.getMessage() for r in caplog.records if r.name == "brokkr"]
+    assert any(line.startswith("plugin brokkr.plugins.codecs.zstd (built in) from ") for line in lines)
+    assert any(line.startswith("plugin ") and "(passed to Broker)" in line for line in lines)
+    assert any("example-policy (brokkr-example-policy 0.1.0)" in line for line in lines), "entry points, with versions"
+    assert not any("brokkr.plugins.sinks.spark.sink" in line and line.startswith("plugin") for line in lines)
+    assert "setting num.partitions=3" in lines
+    assert "setting ssl.key.password=[hidden]" in lines and not any("s3cret" in line for line in lines)
+
+
+def test_each_request_is_logged_at_debug_on_the_request_logger(brokkr_broker, caplog):
+    with caplog.at_level(logging.DEBUG, logger="brokkr.request.logger"):
+        with RawClient(brokkr_broker.bootstrap_servers, client_id="logged") as c:
+            c.request(
+                API_VERSIONS, 3, request_spec(API_VERSIONS).cls(client_software_name="t", client_software_version="1")
+            )
+    [line] = [r.getMessage() for r in caplog.records if r.name == "brokkr.request.logger"]
+    assert line.startswith("Completed request: ApiVersions v3 correlation ")
+    assert "(client logged, principal User:ANONYMOUS, listener PLAINTEXT)" in line and "bytes out" in line
