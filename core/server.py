@@ -62,6 +62,36 @@ async def _let_peer_close(reader: asyncio.StreamReader) -> None:
                 pass
 
 
+async def _read_body(reader: asyncio.StreamReader, size: int, idle_s: float) -> bytes:
+    """A frame's body of ``size`` bytes, held only as its bytes arrive (never allocated
+    from the declared size). As Kafka's idle expiry counts any bytes read as activity, a
+    body still arriving is waited for; TimeoutError once none has arrived for ``idle_s``."""
+    body = bytearray()
+    while len(body) < size:
+        async with asyncio.timeout(idle_s):
+            chunk = await reader.read(min(size - len(body), READ_BUFFER_BYTES))
+        if not chunk:
+            raise asyncio.IncompleteReadError(bytes(body), size)
+        body += chunk
+    return bytes(body)
+
+
+async def _drain(writer: asyncio.StreamWriter, idle_s: float) -> None:
+    """Wait until the transport takes the response (below its write buffer's high-water
+    mark). A client still reading is waited for; TimeoutError once it has taken nothing
+    for ``idle_s`` (Kafka's idle expiry: a write that makes no progress is no activity)."""
+    transport = writer.transport
+    while True:
+        unsent = transport.get_write_buffer_size()
+        try:
+            async with asyncio.timeout(idle_s):
+                await writer.drain()
+            return
+        except TimeoutError:
+            if transport.get_write_buffer_size() >= unsent:
+                raise
+
+
 class Server:
     def __init__(self, broker: Broker):
         self.broker = broker
@@ -199,8 +229,7 @@ class Server:
                     # Waiting here is waiting for the broker, not the client: no idle timeout.
                     await self.requests.admit(size)
                     try:
-                        async with asyncio.timeout(idle_s):
-                            frame = await reader.readexactly(size)
+                        frame = await _read_body(reader, size, idle_s)
                         keep_open, throttle_ms = await self._answer(conn, sasl, principal, frame, reader, writer)
                     finally:
                         self.requests.release(size)
@@ -234,8 +263,7 @@ class Server:
                 outcome = await sasl.authenticate(frame)
                 if outcome.response is not None:
                     writer.write(outcome.response)
-                    async with asyncio.timeout(idle_s):
-                        await writer.drain()
+                    await _drain(writer, idle_s)
                 if not outcome.keep_open and outcome.response is not None:
                     await _let_peer_close(reader)
                 return outcome.keep_open, 0
@@ -255,6 +283,5 @@ class Server:
             # drain's traceback (kept in reference cycles until the next full collection)
             # does not keep a large response alive after its client is gone.
             del response
-            async with asyncio.timeout(idle_s):  # a client that stops reading is closed like an idle one
-                await writer.drain()
+            await _drain(writer, idle_s)  # a client that stops reading is closed like an idle one
         return True, throttle_ms
