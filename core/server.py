@@ -67,10 +67,10 @@ async def _read_body(reader: asyncio.StreamReader, size: int, idle_s: float) -> 
     """A frame's body of ``size`` bytes, held only as its bytes arrive (never allocated
     from the declared size). As Kafka's idle expiry counts any bytes read as activity, a
     body still arriving is waited for; TimeoutError once none has arrived for ``idle_s``."""
-    # One buffer grown in place, not a list of chunks joined at the end: glibc kept ~100 MB
-    # of ten stalled 10 MB bodies read as chunks after their connections closed (small
-    # chunks fragment the heap); a grown buffer is its own mapping, unmapped when freed
-    # (test_memory_held_by_frames_stalled_midway_returns_when_their_clients_go).
+    # One buffer grown in place, not a list of chunks joined at the end: with glibc's own
+    # mmap threshold (an embedded broker; `brokkr serve` fixes it, see cli.py) it kept
+    # ~100 MB of ten stalled 10 MB bodies read as chunks after their connections closed (the
+    # chunks fragment the heap); a grown buffer is its own mapping, unmapped when freed.
     body = bytearray()
     while len(body) < size:
         async with asyncio.timeout(idle_s):
