@@ -6,8 +6,9 @@ Each connection reads one frame at a time, bounded by ``socket.request.max.bytes
 processed in order and their responses written in that order (Kafka mutes a channel while
 a request is in flight); many connections proceed concurrently. A throttled response
 (quotas) is sent at once, then its connection is not read for the throttle time
-(KIP-219). A connection that is idle, or stalls mid-frame, for ``connections.max.idle.ms``
-is closed. Anything that goes wrong on one connection closes that connection only.
+(KIP-219). A connection that moves no byte for ``connections.max.idle.ms`` (idle, stalled
+mid-frame, or not reading its response) is closed; one still sending or taking bytes is
+not. Anything that goes wrong on one connection closes that connection only.
 
 TLS listeners (SSL, SASL_SSL) complete the TLS handshake before the connection is
 served. On PLAINTEXT and SSL listeners ``brokkr_authenticate`` gives the connection its
@@ -60,6 +61,42 @@ async def _let_peer_close(reader: asyncio.StreamReader) -> None:
         async with asyncio.timeout(CLOSE_GRACE_S):
             while await reader.read(4096):
                 pass
+
+
+async def _read_body(reader: asyncio.StreamReader, size: int, idle_s: float) -> bytes:
+    """A frame's body of ``size`` bytes, held only as its bytes arrive (never allocated
+    from the declared size). As Kafka's idle expiry counts any bytes read as activity, a
+    body still arriving is waited for; TimeoutError once none has arrived for ``idle_s``."""
+    # One buffer grown in place, not a list of chunks joined at the end: with glibc's own
+    # mmap threshold (an embedded broker; `brokkr serve` fixes it, see cli.py) it kept
+    # ~100 MB of ten stalled 10 MB bodies read as chunks after their connections closed (the
+    # chunks fragment the heap); a grown buffer is its own mapping, unmapped when freed.
+    body = bytearray()
+    while len(body) < size:
+        async with asyncio.timeout(idle_s):
+            chunk = await reader.read(min(size - len(body), READ_BUFFER_BYTES))
+        if not chunk:
+            raise asyncio.IncompleteReadError(bytes(body), size)
+        if len(chunk) == size:  # the whole body at once, as most are: no copy
+            return chunk
+        body += chunk
+    return bytes(body)
+
+
+async def _drain(writer: asyncio.StreamWriter, idle_s: float) -> None:
+    """Wait until the transport takes the response (below its write buffer's high-water
+    mark). A client still reading is waited for; TimeoutError once it has taken nothing
+    for ``idle_s`` (Kafka's idle expiry: a write that makes no progress is no activity)."""
+    transport = writer.transport
+    while True:
+        unsent = transport.get_write_buffer_size()
+        try:
+            async with asyncio.timeout(idle_s):
+                await writer.drain()
+            return
+        except TimeoutError:
+            if transport.get_write_buffer_size() >= unsent:
+                raise
 
 
 class Server:
@@ -199,8 +236,7 @@ class Server:
                     # Waiting here is waiting for the broker, not the client: no idle timeout.
                     await self.requests.admit(size)
                     try:
-                        async with asyncio.timeout(idle_s):
-                            frame = await reader.readexactly(size)
+                        frame = await _read_body(reader, size, idle_s)
                         keep_open, throttle_ms = await self._answer(conn, sasl, principal, frame, reader, writer)
                     finally:
                         self.requests.release(size)
@@ -234,8 +270,7 @@ class Server:
                 outcome = await sasl.authenticate(frame)
                 if outcome.response is not None:
                     writer.write(outcome.response)
-                    async with asyncio.timeout(idle_s):
-                        await writer.drain()
+                    await _drain(writer, idle_s)
                 if not outcome.keep_open and outcome.response is not None:
                     await _let_peer_close(reader)
                 return outcome.keep_open, 0
@@ -255,6 +290,5 @@ class Server:
             # drain's traceback (kept in reference cycles until the next full collection)
             # does not keep a large response alive after its client is gone.
             del response
-            async with asyncio.timeout(idle_s):  # a client that stops reading is closed like an idle one
-                await writer.drain()
+            await _drain(writer, idle_s)  # a client that stops reading is closed like an idle one
         return True, throttle_ms

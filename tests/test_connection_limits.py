@@ -215,3 +215,48 @@ def test_memory_held_by_frames_stalled_midway_returns_when_their_clients_go(tmp_
         assert rss_mb(served.proc.pid) - baseline < 30, "and lets it go when they leave"
     finally:
         served.kill()
+
+
+def test_a_frame_still_arriving_is_not_idle(brokkr_broker_factory):
+    """Kafka's idle expiry counts bytes read as activity: a slow request that keeps
+    arriving is answered, however long it takes in all."""
+    broker = brokkr_broker_factory({"connections.max.idle.ms": "600"})
+    s = connect(broker.bootstrap_servers)
+    frame = api_versions_frame()
+    s.sendall(frame[:4])
+    for i in range(4, len(frame)):  # about 2.5 s in all, never 600 ms without a byte
+        time.sleep(0.12)
+        s.sendall(frame[i : i + 1])
+    assert answered_within(s, 5)
+    s.close()
+
+
+def test_a_client_still_reading_a_large_response_is_not_idle(brokkr_broker_factory):
+    """A response the client keeps taking is written to its end, however long it takes in
+    all (the kernel's socket buffers hold its last few MB); only a client that takes nothing for
+    connections.max.idle.ms is closed."""
+    broker = brokkr_broker_factory({"connections.max.idle.ms": "1500"})
+    with RawClient(broker.bootstrap_servers) as c:
+        assert c.request(METADATA, 12, metadata_body("slow")).topics[0].error_code == 0
+        for _ in range(200):  # 20 MB of records
+            assert c.request(PRODUCE, 9, produce_body("slow", batch(100, value=b"x" * 1000))).responses
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    host, port = broker.bootstrap_servers.rsplit(":", 1)
+    s.connect((host, int(port)))
+    s.sendall(
+        encode_request(FETCH, 12, 1, "slow", fetch_body("slow", max_bytes=32 << 20, partition_max_bytes=32 << 20))
+    )
+    size = struct.unpack(">i", _exactly(s, 4))[0]
+    assert size > 18 << 20
+    received = 0
+    s.settimeout(5)
+    while received < size:  # about 1 MB every 0.2 s: 4 s in all
+        chunk = s.recv(min(size - received, 256 << 10))
+        assert chunk, f"closed after {received} of {size} bytes"
+        received += len(chunk)
+        if received % (1 << 20) < len(chunk):
+            time.sleep(0.2)
+    s.sendall(api_versions_frame(2))
+    assert answered_within(s, 5)
+    s.close()
