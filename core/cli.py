@@ -137,6 +137,32 @@ def _mirror(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plugins(args: argparse.Namespace) -> int:
+    """Every plugin a broker with these settings would load: its name, where it comes from,
+    the hooks it implements and the settings it declares."""
+    from .broker import Broker
+
+    values: dict[str, str] = {}
+    if args.config:
+        values.update(read_properties(args.config))
+    values.update(parse_overrides(args.override or []))
+    pm = Broker(values).pm
+    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:
+            print(f"{name}\n  blocked by brokkr.plugins.disabled")
+            continue
+        dist = dists.get(id(plugin))
+        origin = f"{dist.project_name} {dist.version}" if dist is not None else "built in"
+        print(f"{name} ({origin}) from {getattr(plugin, '__file__', type(plugin).__module__)}")
+        hooks = sorted(caller.name for caller in pm.get_hookcallers(plugin) or [])
+        print(f"  hooks: {', '.join(hooks)}")
+        defs = plugin.brokkr_config_definitions() if "brokkr_config_definitions" in hooks else []
+        for d in defs:
+            print(f"  setting {d.name}{'*' if d.prefix else ''} (default {d.default!r}): {d.doc}")
+    return 0
+
+
 def _read_password(user: str) -> str:
     if sys.stdin.isatty():
         import getpass
@@ -148,6 +174,7 @@ def _read_password(user: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="brokkr", description="A Kafka-compatible broker, every stage a plugin.")
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
+    parser.add_argument("--version", action="version", version=f"brokkr {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a broker (defaults: 127.0.0.1:9092, data under ./data)")
     serve.add_argument("config", nargs="?", help="a server.properties file")
@@ -199,6 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     mirror.add_argument("--status", action="store_true", help="per partition: log end, mirrored offset and lag")
     mirror.set_defaults(func=_mirror)
+    _add_admin_tools(sub)
+    plugins = sub.add_parser("plugins", help="list the plugins a broker would load: hooks and settings of each")
+    plugins.add_argument("config", nargs="?", help="a server.properties file (brokkr.plugins.disabled applies)")
+    plugins.add_argument("--override", action="append", metavar="KEY=VALUE", help="set one setting; repeatable")
+    plugins.set_defaults(func=_plugins)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -208,6 +240,51 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("brokkr")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _add_admin_tools(sub) -> None:
+    """``brokkr topics`` and ``brokkr configs`` (brokkr.core.tools), modelled on Kafka's tools."""
+    from . import tools
+
+    topics = sub.add_parser("topics", help="create, list, describe, alter or delete topics of a running broker")
+    topics.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="the broker to talk to")
+    action = topics.add_mutually_exclusive_group(required=True)
+    action.add_argument("--create", action="store_true", help="create --topic")
+    action.add_argument("--list", action="store_true", help="list the topic names")
+    action.add_argument(
+        "--describe", action="store_true", help="partitions and non-default configs (of --topic, or all)"
+    )
+    action.add_argument("--alter", action="store_true", help="grow --topic to --partitions partitions")
+    action.add_argument("--delete", action="store_true", help="delete --topic")
+    topics.add_argument("--topic", help="the topic")
+    topics.add_argument("--partitions", type=int, help="partition count (create: default num.partitions)")
+    topics.add_argument("--replication-factor", type=int, help="with --create (brokkr keeps one replica)")
+    topics.add_argument("--config", action="append", metavar="KEY=VALUE", help="with --create; repeatable")
+    topics.set_defaults(func=tools.topics)
+
+    configs = sub.add_parser("configs", help="describe or alter topic and broker configs of a running broker")
+    configs.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="the broker to talk to")
+    configs.add_argument(
+        "--entity-type", required=True, choices=("topics", "brokers"), help="what to describe or alter"
+    )
+    configs.add_argument("--entity-name", help="the topic name, or the broker id")
+    configs.add_argument("--entity-default", action="store_true", help="the cluster-wide broker default")
+    action = configs.add_mutually_exclusive_group(required=True)
+    action.add_argument("--describe", action="store_true", help="the configs set (all of them with --all)")
+    action.add_argument("--alter", action="store_true", help="apply --add-config and --delete-config")
+    configs.add_argument("--all", action="store_true", help="with --describe: defaults too")
+    configs.add_argument("--add-config", action="append", metavar="K=V,K2=[A,B]", help="settings to set")
+    configs.add_argument("--delete-config", action="append", metavar="K,K2", help="settings to return to default")
+    configs.set_defaults(func=tools.configs)
 
 
 if __name__ == "__main__":
