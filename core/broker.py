@@ -72,6 +72,7 @@ class Broker:
         self._stopped: asyncio.Event | None = None
         self._maintenance: asyncio.Task | None = None
         self.clean_shutdown = True  # False once a stop could not write everything it should have
+        self.requests_observed = False  # whether brokkr_request_completed has implementations
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -99,7 +100,12 @@ class Broker:
         self._maintenance = asyncio.create_task(self._maintain(), name="brokkr-log-maintenance")
         self._log_start()
         log.info("brokkr node %s listening on %s", self.node_id, self.bootstrap_servers)
-        self.hook.brokkr_broker_started(broker=self)
+        try:
+            self.hook.brokkr_broker_started(broker=self)
+        except BaseException:  # a plugin that cannot run (a missing extra, a taken port): stop cleanly
+            await self.stop()
+            raise
+        self.requests_observed = bool(self.hook.brokkr_request_completed.get_hookimpls())
 
     def _log_start(self) -> None:
         """One line per loaded plugin (name, version, where from), then the settings given

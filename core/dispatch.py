@@ -83,6 +83,11 @@ async def handle_frame_with_throttle(
     if throttle and hasattr(response, "throttle_time_ms"):
         response.throttle_time_ms = throttle
     frame = encode_response(header.api_key, version, header.correlation_id, response)
+    if broker.requests_observed:
+        elapsed_ms = (time.perf_counter() - start) * 1000
+        broker.hook.brokkr_request_completed(
+            context=ctx, header=header, response=response, elapsed_ms=elapsed_ms, broker=broker
+        )
     if request_log.isEnabledFor(logging.DEBUG):
         request_log.debug(
             "Completed request: %s v%d correlation %d from %s (client %s, principal %s, listener %s): %d bytes in, "

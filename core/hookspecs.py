@@ -398,6 +398,40 @@ def brokkr_segment_rolled(partition: Partition, segment: SegmentInfo, broker: Br
 
 
 @hookspec
+def brokkr_request_completed(
+    context: RequestContext, header: RequestHeader, response: Any, elapsed_ms: float, broker: Broker
+) -> None:
+    """A request was answered (metrics, request logs, audits).
+
+    Called once per answered request (not for acks=0 produce), on the event loop, after
+    the response is encoded. Only called at all when some plugin implemented it by the
+    time the broker started (``broker.requests_observed``): without one, the request path
+    pays nothing for it. Keep it cheap.
+
+    :param context: The request context (principal, listener, client id, API version).
+    :param header: The request header (API key and name, version, correlation id).
+    :param response: The response object, as encoded (its ``error_code`` fields tell how
+        it went).
+    :param elapsed_ms: The time from the frame's arrival at the handler to its encoded
+        response, waits in the purgatory included (Kafka's TotalTimeMs).
+    :param broker: The broker.
+    """
+
+
+@hookspec
+def brokkr_metrics_collectors(broker: Broker) -> list[Any]:
+    """Provide Prometheus collectors to export beside the broker's metrics.
+
+    Called once, when the metrics endpoint starts (``brokkr.metrics.port`` set). Each
+    collector is registered in the broker's own registry (``prometheus_client``
+    collectors: objects with ``collect()``, or metrics created with ``registry=None``).
+
+    :param broker: The broker.
+    :return: A list of collectors. All results are used.
+    """
+
+
+@hookspec
 def brokkr_sink_mirrored_offset(partition: Partition, broker: Broker) -> int | None:
     """How far a sink has mirrored ``partition``: every offset below the result is stored
     durably at the sink's destination (see :mod:`brokkr.core.sinks`).

@@ -39,6 +39,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.plugins.quota.unlimited",
     "brokkr.plugins.quota.client_quotas",
     "brokkr.plugins.sinks.spark.sink",
+    "brokkr.plugins.metrics.prometheus",
 )
 
 #: Cannot be blocked: without them the broker cannot parse a request.

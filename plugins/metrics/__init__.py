@@ -1,0 +1,1 @@
+"""Metrics exporters: ``prometheus`` serves Kafka's broker metrics to Prometheus."""
