@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             for mode in results:
                 create_topic(f"127.0.0.1:{ports[mode]}", "bench")
             for run in range(args.repeat):
-                for mode in (("off", "on") if run % 2 == 0 else ("on", "off")):
+                for mode in ("off", "on") if run % 2 == 0 else ("on", "off"):
                     stop = threading.Event()
                     scraper = threading.Thread(target=scrape_every_second, args=(metrics_port, stop), daemon=True)
                     if mode == "on":

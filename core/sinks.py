@@ -29,6 +29,7 @@ never waits for a sink). :class:`SinkProgress` is the bookkeeping most sinks nee
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 
 import attrs
@@ -46,34 +47,51 @@ class PartitionWork:
 
 
 class SinkProgress:
-    """Per topic-partition: the work recorded from the hooks and the mirrored offset."""
+    """Per topic-partition: the work recorded from the hooks and the mirrored offset.
+
+    The event loop records work (segment_closed, high_watermark) while a sink's worker
+    thread marks progress (mark_mirrored), which replaces a partition's list of closed
+    segments: every change holds one lock, so a segment closed while the worker filters
+    the list is never dropped."""
 
     def __init__(self) -> None:
         self.work: dict[tuple[str, int], PartitionWork] = {}
         self.mirrored: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
 
     def segment_closed(self, topic: str, partition: int, segment: SegmentInfo) -> None:
-        work = self.work.setdefault((topic, partition), PartitionWork())
-        if not any(s.base_offset == segment.base_offset for s in work.closed):
-            work.closed.append(segment)
+        with self._lock:
+            work = self.work.setdefault((topic, partition), PartitionWork())
+            if not any(s.base_offset == segment.base_offset for s in work.closed):
+                work.closed.append(segment)
 
     def seed(self, topic: str, partition: int, segments: Sequence[SegmentInfo], high_watermark: int) -> None:
-        """The closed segments (all but the last, active one) found at start."""
+        """Start the partition afresh from the closed segments (all but the last, active
+        one) found now."""
+        with self._lock:
+            self.work.pop((topic, partition), None)
         for seg in segments[:-1]:
             self.segment_closed(topic, partition, seg)
         self.high_watermark(topic, partition, high_watermark)
 
     def high_watermark(self, topic: str, partition: int, offset: int) -> None:
-        work = self.work.setdefault((topic, partition), PartitionWork())
-        work.high_watermark = max(work.high_watermark, offset)
+        with self._lock:
+            work = self.work.setdefault((topic, partition), PartitionWork())
+            work.high_watermark = max(work.high_watermark, offset)
+
+    def closed(self, topic: str, partition: int) -> list[SegmentInfo]:
+        """The closed segments not yet mirrored, oldest first (a copy)."""
+        with self._lock:
+            return sorted(self.work[(topic, partition)].closed, key=lambda s: s.base_offset)
 
     def mark_mirrored(self, topic: str, partition: int, offset: int) -> None:
         """Offsets below ``offset`` are mirrored; closed segments wholly below it are done."""
         key = (topic, partition)
-        self.mirrored[key] = max(self.mirrored.get(key, 0), offset)
-        work = self.work.get(key)
-        if work is not None:
-            work.closed = [s for s in work.closed if s.next_offset > offset]
+        with self._lock:
+            self.mirrored[key] = max(self.mirrored.get(key, 0), offset)
+            work = self.work.get(key)
+            if work is not None:
+                work.closed = [s for s in work.closed if s.next_offset > offset]
 
     def mirrored_offset(self, topic: str, partition: int) -> int:
         return self.mirrored.get((topic, partition), 0)

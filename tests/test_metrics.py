@@ -15,8 +15,8 @@ from brokkr.core.testing import RawClient
 from wire import FETCH, METADATA, PRODUCE, batch, fetch_body, metadata_body, produce_body
 
 prometheus_client = pytest.importorskip("prometheus_client")
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from brokkr.plugins.metrics.prometheus import BrokerMetrics  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 
 def endpoint(broker) -> BrokerMetrics:

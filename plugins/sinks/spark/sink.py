@@ -142,7 +142,6 @@ class SparkSink:
         key = (partition.topic.name, partition.index)
         if self.partitions.get(key) is not partition:  # new, or its topic was deleted and created again
             self.partitions[key] = partition
-            self.progress.work.pop(key, None)
             self.progress.seed(*key, partition.log.segments(), partition.high_watermark)
 
     # -- the loop's side: only recording, and a tick every poll.ms ------------------------
@@ -170,15 +169,14 @@ class SparkSink:
         for (topic, index), p in sorted(self.partitions.items()):
             if p.topic.name not in self.broker.topics or self.broker.topics[p.topic.name] is not p.topic:
                 continue  # deleted
-            work = self.progress.work[(topic, index)]
             active = p.log.segments()[-1]
             parts.append(
                 {
                     "topic": topic,
                     "partition": index,
-                    "closed": [[s.base_offset, s.next_offset, s.path] for s in sorted(work.closed, key=_base)],
+                    "closed": [[s.base_offset, s.next_offset, s.path] for s in self.progress.closed(topic, index)],
                     "active": [active.base_offset, active.path] if active.path else None,
-                    "high_watermark": work.high_watermark,
+                    "high_watermark": self.progress.work[(topic, index)].high_watermark,
                 }
             )
         return json.dumps({"updated_ms": int(time.time() * 1000), "partitions": parts}).encode()
@@ -215,10 +213,6 @@ class SparkSink:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-
-def _base(s: SegmentInfo) -> int:
-    return s.base_offset
 
 
 _sinks: weakref.WeakKeyDictionary[Broker, SparkSink] = weakref.WeakKeyDictionary()
