@@ -295,13 +295,21 @@ class Broker:
     # -- the pipeline's shared steps ----------------------------------------------------
 
     def authorize(self, ctx: RequestContext, actions: list[Action]) -> list[bool]:
-        """One ``brokkr_authorize`` call for all of a request's actions."""
+        """One ``brokkr_authorize`` call for all of a request's actions, its plugins'
+        answers composed: DENIED from any wins, else ALLOWED from any, else denied."""
         if not actions:
             return []
-        results = self.hook.brokkr_authorize(context=ctx, actions=actions, broker=self)
-        if results is None or len(results) != len(actions):
-            raise RuntimeError("brokkr_authorize must return one result per action")
-        return [r is AuthorizationResult.ALLOWED for r in results]
+        answers = self.hook.brokkr_authorize(context=ctx, actions=actions, broker=self)
+        if len(answers) == 1 and len(answers[0]) == len(actions):  # the common case: one authorizer
+            return [r is AuthorizationResult.ALLOWED for r in answers[0]]
+        decided: list[AuthorizationResult | None] = [None] * len(actions)
+        for answer in answers:
+            if len(answer) != len(actions):
+                raise RuntimeError("brokkr_authorize must return one result (or None) per action")
+            for i, result in enumerate(answer):
+                if result is AuthorizationResult.DENIED or (result is not None and decided[i] is None):
+                    decided[i] = result
+        return [d is AuthorizationResult.ALLOWED for d in decided]
 
     def authorize_topics(self, ctx: RequestContext, operation: AclOperation, names) -> dict[str, bool]:
         """Whether ``operation`` is allowed on each topic named (one hook call for all)."""

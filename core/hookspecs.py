@@ -180,24 +180,31 @@ def brokkr_sasl_mechanisms(broker: Broker) -> list[SaslMechanism]:
     """
 
 
-@hookspec(firstresult=True)
+@hookspec
 def brokkr_authorize(
     context: RequestContext, actions: list[Action], broker: Broker
-) -> list[AuthorizationResult] | None:
-    """Decide, in one call, whether a request may perform each of its actions.
+) -> list[AuthorizationResult | None] | None:
+    """Say, in one call, whether a request may perform each of its actions.
 
-    Called at most once per request, with every action the request needs (for a
-    Produce request: WRITE on each topic named; for Metadata: DESCRIBE on each topic).
-    Semantics follow Kafka's ``Authorizer.authorize``. The built-in implementation
-    (trylast) allows everything.
+    Called once per request that needs authorization, with every action it needs (for a
+    Produce request: WRITE on each topic named; for Metadata: DESCRIBE on each topic),
+    except that some APIs ask again for what they learn while handling it. Semantics
+    follow Kafka's ``Authorizer.authorize``.
 
-    Stops at first non-None result.
+    Every implementation is called, and their answers compose, per action: DENIED from
+    any plugin wins; otherwise ALLOWED from any plugin allows; an action no plugin
+    allows is denied. So a plugin can only narrow what the others allow, or allow what
+    no other plugin has an opinion on; it never silently overrides another plugin's
+    DENIED, in whatever order plugins are registered. The built-in implementations:
+    with no ``authorizer.class.name``, ``allow_all`` allows everything (as a Kafka broker
+    without an authorizer); with ``authorizer.class.name=acl`` the ACL authorizer answers
+    every action (and ``allow_all`` has no opinion).
 
     :param context: Principal, client address, listener, client id and API of the request.
     :param actions: The actions, each an operation on a resource.
     :param broker: The broker.
-    :return: One :class:`brokkr.core.authorization.AuthorizationResult` per action, in
-        order, or ``None`` to defer to the next implementation.
+    :return: One :class:`brokkr.core.authorization.AuthorizationResult` (or ``None``: no
+        opinion) per action, in order; or ``None``: no opinion on any of them.
     """
 
 

@@ -27,9 +27,10 @@ def produce(bootstrap: str, topic: str, n: int) -> list:
 def test_the_example_plugin_loads_from_its_entry_point_and_enforces_its_policy(brokkr_broker_factory):
     broker = brokkr_broker_factory({"example.readonly.prefixes": "audit.,_"})
     assert broker.broker.pm.get_plugin("example-policy") is brokkr_example_policy
-    before = brokkr_example_policy.appended["orders"]
     assert produce(broker.bootstrap_servers, "orders", 5) == [None] * 5
-    assert brokkr_example_policy.appended["orders"] == before + 5
+    assert brokkr_example_policy.counter(broker.broker).appended["orders"] == 5
+    other = brokkr_broker_factory()
+    assert brokkr_example_policy.counter(other.broker).appended["orders"] == 0, "two brokers share nothing"
     denied = produce(broker.bootstrap_servers, "audit.events", 1)
     assert denied[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 

@@ -128,10 +128,21 @@ class EveryHook:
         self.calls["brokkr_sink_mirrored_offset"] += 1
         return None
 
+    @hookimpl
+    def brokkr_request_completed(self, header, response, elapsed_ms):
+        self.calls["brokkr_request_completed"] += 1
+        assert elapsed_ms >= 0 and response is not None
+
+    @hookimpl
+    def brokkr_metrics_collectors(self, broker):
+        self.calls["brokkr_metrics_collectors"] += 1
+        return []
+
 
 def test_a_plugin_implementing_every_hook_sees_every_hook_called(brokkr_broker_factory):
     plugin = EveryHook()
-    broker = brokkr_broker_factory({"every.hook.greeting": "hi", "log.segment.bytes": "300"}, plugins=[plugin])
+    config = {"every.hook.greeting": "hi", "log.segment.bytes": "300", "brokkr.metrics.port": "0"}
+    broker = brokkr_broker_factory(config, plugins=[plugin])
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all", "linger.ms": 0})
     for i in range(10):
         producer.produce("hooks", key=b"k%d" % i, value=b"x" * 100)

@@ -5,8 +5,10 @@ It shows three kinds of hook in a few lines each:
 * a setting of its own (``example.readonly.prefixes``), set like any Kafka setting:
   ``brokkr serve --override example.readonly.prefixes=audit.,_``;
 * an authorizer: producing to a topic whose name starts with one of those prefixes
-  answers TOPIC_AUTHORIZATION_FAILED; everything else is allowed;
-* an observer: it counts the records appended to each topic.
+  answers TOPIC_AUTHORIZATION_FAILED; on everything else it has no opinion (None), so
+  the other authorizers decide (allow-all by default, or the ACLs);
+* an observer: it counts the records appended to each topic, in an object it registers
+  for each broker (``counter(broker).appended``), so two brokers share nothing.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from brokkr.core.authorization import AclOperation, AuthorizationResult, Resourc
 from brokkr.core.config import ConfigDef, ConfigType
 from brokkr.core.plugins import hookimpl
 
-appended: Counter[str] = Counter()
-_readonly: tuple[str, ...] = ()
+COUNTER = "example-policy-counter"
 
 
 @hookimpl
@@ -27,21 +28,30 @@ def brokkr_config_definitions():
 
 
 @hookimpl
-def brokkr_broker_started(broker):
-    global _readonly
-    _readonly = tuple(broker.config["example.readonly.prefixes"])
+def brokkr_authorize(actions, broker):
+    readonly = tuple(broker.config["example.readonly.prefixes"])
 
-
-@hookimpl
-def brokkr_authorize(actions):
     def decide(action):
-        read_only = action.resource_type == ResourceType.TOPIC and action.resource_name.startswith(_readonly)
-        denied = read_only and action.operation == AclOperation.WRITE
-        return AuthorizationResult.DENIED if denied else AuthorizationResult.ALLOWED
+        read_only = action.resource_type == ResourceType.TOPIC and action.resource_name.startswith(readonly)
+        return AuthorizationResult.DENIED if read_only and action.operation == AclOperation.WRITE else None
 
     return [decide(a) for a in actions]
 
 
+class AppendCounter:
+    def __init__(self):
+        self.appended: Counter[str] = Counter()
+
+    @hookimpl
+    def brokkr_after_log_append(self, partition, info):
+        self.appended[partition.topic.name] += info.record_count
+
+
 @hookimpl
-def brokkr_after_log_append(partition, info):
-    appended[partition.topic.name] += info.record_count
+def brokkr_broker_started(broker):
+    broker.pm.register(AppendCounter(), name=COUNTER)
+
+
+def counter(broker) -> AppendCounter:
+    """This broker's counter."""
+    return broker.pm.get_plugin(COUNTER)

@@ -1,5 +1,6 @@
-"""The default security plugin: every PLAINTEXT connection is ``User:ANONYMOUS`` and every
-action is allowed, as a Kafka broker without an authorizer behaves."""
+"""The default security plugin: every PLAINTEXT connection is ``User:ANONYMOUS`` and, when
+no authorizer is configured (``authorizer.class.name``), every action is allowed, as a
+Kafka broker without an authorizer behaves; other authorizer plugins may still deny."""
 
 from __future__ import annotations
 
@@ -14,5 +15,7 @@ def brokkr_authenticate(connection: ConnectionInfo) -> Principal | None:
 
 
 @hookimpl(trylast=True)
-def brokkr_authorize(actions: list[Action]) -> list[AuthorizationResult]:
+def brokkr_authorize(actions: list[Action], broker) -> list[AuthorizationResult] | None:
+    if broker.config.get("authorizer.class.name"):  # an authorizer decides: no opinion here
+        return None
     return [AuthorizationResult.ALLOWED] * len(actions)
