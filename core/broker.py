@@ -91,6 +91,7 @@ class Broker:
             for stored in self.storage.load_topics():
                 self._open_topic(stored)
             self.producer_ids = ProducerIdManager(self.storage, self._first_unused_producer_id())
+            self.hook.brokkr_broker_starting(broker=self)
             self._stopped = asyncio.Event()
             self._server = Server(self)
             self.listeners = await self._server.start(self.listeners)

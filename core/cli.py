@@ -119,7 +119,13 @@ def _mirror(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r.topic:<30} {r.partition:>9} {r.log_end_offset:>15} {r.mirrored_offset:>16} {r.lag:>10}")
         return 0
-    from tqdm import tqdm
+    from brokkr.plugins.sinks.spark.sink import check_spark_installed
+
+    check_spark_installed("brokkr mirror")
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        raise ConfigError("brokkr mirror needs tqdm: pip install 'brokkr[spark]'") from None
 
     ranges = mirror.log_ranges(args.log_dir, args.topic or ())
     total = sum(r.size for rs in ranges.values() for r in rs)

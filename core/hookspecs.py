@@ -81,6 +81,21 @@ def brokkr_config_definitions() -> list[ConfigDef]:
 
 
 @hookspec
+def brokkr_broker_starting(broker: Broker) -> None:
+    """The broker's storage is open and its topics loaded; it does not listen yet.
+
+    Called once per broker start, on the broker's event loop. A plugin whose work depends
+    on the broker's settings registers its per-broker object here
+    (``broker.pm.register(obj, name=...)``): its hooks then run for this broker only, and
+    a plugin with nothing to do registers nothing, so it costs nothing per request. Raise
+    :class:`brokkr.core.errors.ConfigError` to refuse to start (a missing extra, say): the
+    broker closes its storage and the error reaches ``brokkr serve``.
+
+    :param broker: The broker.
+    """
+
+
+@hookspec
 def brokkr_broker_started(broker: Broker) -> None:
     """The broker is listening; ``broker.listeners`` holds the bound addresses.
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import pluggy
 
 from . import hookspecs
+from .errors import ConfigError
 
 hookimpl = pluggy.HookimplMarker("brokkr")
 
@@ -46,6 +47,18 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 ESSENTIAL_PLUGINS = frozenset({"brokkr.core.default_decoder"})
 
 
+def _failing_entry_point() -> str:
+    """Which entry point of the ``brokkr`` group does not load (``name = module:object``)."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="brokkr"):
+        try:
+            ep.load()
+        except Exception:
+            return f"entry point {ep.name} = {ep.value}" + (f" of {ep.dist.name}" if ep.dist else "")
+    return "an entry point"
+
+
 def create_plugin_manager(
     plugins: Iterable[object] = (), disabled: Iterable[str] = (), entry_points: bool = True
 ) -> pluggy.PluginManager:
@@ -60,7 +73,10 @@ def create_plugin_manager(
         if not pm.is_blocked(name):
             pm.register(importlib.import_module(name), name=name)
     if entry_points:
-        pm.load_setuptools_entrypoints("brokkr")
+        try:
+            pm.load_setuptools_entrypoints("brokkr")
+        except Exception as exc:
+            raise ConfigError(f"a brokkr plugin failed to load: {_failing_entry_point()}: {exc!r}") from exc
     for plugin in plugins:
         pm.register(plugin)
     pm.check_pending()

@@ -49,6 +49,11 @@ class EveryHook:
         assert broker.config["every.hook.greeting"] == "hi"
 
     @hookimpl
+    def brokkr_broker_starting(self, broker):
+        self.calls["brokkr_broker_starting"] += 1
+        assert broker.storage is not None and not broker.listeners[0].port
+
+    @hookimpl
     def brokkr_broker_stopping(self, broker):
         self.calls["brokkr_broker_stopping"] += 1
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import weakref
 from collections import defaultdict
 
 from brokkr.core.authorization import (
@@ -69,7 +68,16 @@ Bucket = dict[str, tuple[tuple[str, int, bool], ...]]
 
 
 class AclAuthorizer:
-    """One broker's ACLs, indexed for authorization, and the store the ACL APIs manage."""
+    """One broker's ACLs, indexed for authorization, and the store the ACL APIs manage;
+    registered as a plugin of that broker only (``brokkr_broker_starting``)."""
+
+    @hookimpl
+    def brokkr_authorize(self, context, actions):
+        return self.authorize(context, actions)
+
+    @hookimpl(trylast=True)  # a built-in default: another plugin's store wins
+    def brokkr_acl_store(self):
+        return self
 
     def __init__(self, storage, super_users: frozenset[str], allow_if_no_acl: bool):
         self.storage = storage
@@ -205,27 +213,6 @@ def decode(entry: dict[str, str]) -> AclBinding:
 
 # -- the plugin -------------------------------------------------------------------------
 
-#: Each broker's authorizer, or None when ``authorizer.class.name`` does not select it.
-_authorizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_UNSET = object()
-
-
-def _authorizer(broker) -> AclAuthorizer | None:
-    authorizer = _authorizers.get(broker, _UNSET)
-    if authorizer is None or (authorizer is not _UNSET and authorizer.storage is broker.storage):
-        return authorizer
-    config = broker.config
-    authorizer = None
-    if config["authorizer.class.name"] in NAMES:
-        authorizer = AclAuthorizer(
-            broker.storage,
-            frozenset(u.strip() for u in config["super.users"].split(";") if u.strip()),
-            config["allow.everyone.if.no.acl.found"],
-        )
-    _authorizers[broker] = authorizer
-    return authorizer
-
-
 @hookimpl
 def brokkr_config_definitions():
     return [
@@ -252,12 +239,15 @@ def brokkr_config_definitions():
     ]
 
 
-@hookimpl
-def brokkr_authorize(context, actions, broker):
-    authorizer = _authorizer(broker)
-    return None if authorizer is None else authorizer.authorize(context, actions)
+PLUGIN_NAME = "brokkr.plugins.auth.acl:authorizer"
 
 
 @hookimpl
-def brokkr_acl_store(broker):
-    return _authorizer(broker)
+def brokkr_broker_starting(broker):
+    """With ``authorizer.class.name`` selecting it, this broker gets its own authorizer,
+    registered as a plugin; without, nothing is registered and requests pay nothing."""
+    config = broker.config
+    if config["authorizer.class.name"] in NAMES:
+        super_users = frozenset(u.strip() for u in config["super.users"].split(";") if u.strip())
+        authorizer = AclAuthorizer(broker.storage, super_users, config["allow.everyone.if.no.acl.found"])
+        broker.pm.register(authorizer, name=PLUGIN_NAME)

@@ -41,7 +41,6 @@ import collections
 import json
 import math
 import time
-import weakref
 from collections.abc import Callable
 
 from brokkr.core.config import ConfigDef, ConfigType, at_least
@@ -126,7 +125,16 @@ _MAX_RESOLVED = 100_000
 
 
 class ClientQuotaManager:
-    """One broker's quota settings (the store AlterClientQuotas changes) and usage."""
+    """One broker's quota settings (the store AlterClientQuotas changes) and usage,
+    registered as a plugin of that broker (``brokkr_broker_starting``)."""
+
+    @hookimpl
+    def brokkr_quota_throttle_ms(self, context, quota_type, amount):
+        return self.record(quota_type, context.principal.name, context.client_id or "", amount)
+
+    @hookimpl(trylast=True)  # a built-in default: another plugin's store wins
+    def brokkr_client_quota_store(self):
+        return self
 
     def __init__(self, storage, samples: int, window_ms: int, clock: Callable[[], float] = time.monotonic):
         self.storage = storage
@@ -231,20 +239,6 @@ class ClientQuotaManager:
 
 # -- the plugin ---------------------------------------------------------------------------
 
-_managers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _manager(broker) -> ClientQuotaManager:
-    manager = _managers.get(broker)
-    if manager is None or manager.storage is not broker.storage:
-        config = broker.config
-        manager = ClientQuotaManager(
-            broker.storage, config["quota.window.num"], config["quota.window.size.seconds"] * 1000
-        )
-        _managers[broker] = manager
-    return manager
-
-
 @hookimpl
 def brokkr_config_definitions():
     return [
@@ -260,11 +254,8 @@ def brokkr_config_definitions():
 
 
 @hookimpl
-def brokkr_quota_throttle_ms(context, quota_type, amount, broker):
-    principal = context.principal
-    return _manager(broker).record(quota_type, principal.name, context.client_id or "", amount)
-
-
-@hookimpl
-def brokkr_client_quota_store(broker):
-    return _manager(broker)
+def brokkr_broker_starting(broker):
+    """Each broker gets its own quota manager, registered as a plugin of that broker."""
+    config = broker.config
+    manager = ClientQuotaManager(broker.storage, config["quota.window.num"], config["quota.window.size.seconds"] * 1000)
+    broker.pm.register(manager, name="brokkr.plugins.quota.client_quotas:manager")

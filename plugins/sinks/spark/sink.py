@@ -17,17 +17,19 @@ schemas from ``brokkr.sink.value.schema.<topic>`` (both declared as families of 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
-import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from brokkr.core.config import ConfigDef, ConfigType
+from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import hookimpl
 from brokkr.core.sinks import SinkProgress
 
@@ -90,7 +92,34 @@ def brokkr_config_definitions() -> list[ConfigDef]:
 
 
 class SparkSink:
-    """One broker's sink: the recorded work, the mirror process, the mirrored offsets."""
+    """One broker's sink: the recorded work, the mirror process, the mirrored offsets;
+    registered as a plugin of that broker (``brokkr_broker_starting``)."""
+
+    @hookimpl
+    def brokkr_broker_started(self) -> None:
+        self.start()
+
+    @hookimpl
+    def brokkr_broker_stopping(self) -> None:
+        self.stop()
+
+    @hookimpl
+    def brokkr_segment_rolled(self, partition: Partition, segment: SegmentInfo) -> None:
+        if self.wants(partition):
+            self.track(partition)
+            self.progress.segment_closed(partition.topic.name, partition.index, segment)
+
+    @hookimpl
+    def brokkr_high_watermark_advanced(self, partition: Partition, new: int) -> None:
+        if self.wants(partition):
+            self.track(partition)
+            self.progress.high_watermark(partition.topic.name, partition.index, new)
+
+    @hookimpl
+    def brokkr_sink_mirrored_offset(self, partition: Partition) -> int | None:
+        if not self.retention_wait or not self.wants(partition):
+            return None
+        return self.progress.mirrored_offset(partition.topic.name, partition.index)
 
     def __init__(self, broker: Broker):
         config = broker.config
@@ -215,49 +244,32 @@ class SparkSink:
                 self.process.wait()
 
 
-_sinks: weakref.WeakKeyDictionary[Broker, SparkSink] = weakref.WeakKeyDictionary()
+PLUGIN_NAME = "brokkr.plugins.sinks.spark.sink:sink"
 
 
 def sink_of(broker: Broker) -> SparkSink | None:
-    """The broker's running Spark sink, if any."""
-    return _sinks.get(broker)
+    """The broker's Spark sink, if it has one."""
+    return broker.pm.get_plugin(PLUGIN_NAME)
 
 
 @hookimpl
-def brokkr_broker_started(broker: Broker) -> None:
+def brokkr_broker_starting(broker: Broker) -> None:
+    """With ``brokkr.sink.lake`` set, the broker gets its own sink, registered as a plugin
+    of that broker; without, nothing is registered and appends pay nothing. A sink that
+    cannot run (no pyspark, no Java) stops the broker from starting, saying why."""
     if not broker.config["brokkr.sink.lake"]:
         return
-    sink = SparkSink(broker)
-    _sinks[broker] = sink
-    sink.start()
+    check_spark_installed("brokkr.sink.lake")
+    broker.pm.register(SparkSink(broker), name=PLUGIN_NAME)
 
 
-@hookimpl
-def brokkr_broker_stopping(broker: Broker) -> None:
-    sink = _sinks.pop(broker, None)
-    if sink is not None:
-        sink.stop()
-
-
-@hookimpl
-def brokkr_segment_rolled(partition: Partition, segment: SegmentInfo, broker: Broker) -> None:
-    sink = _sinks.get(broker)
-    if sink is not None and sink.wants(partition):
-        sink.track(partition)
-        sink.progress.segment_closed(partition.topic.name, partition.index, segment)
-
-
-@hookimpl
-def brokkr_high_watermark_advanced(partition: Partition, old: int, new: int, broker: Broker) -> None:
-    sink = _sinks.get(broker)
-    if sink is not None and sink.wants(partition):
-        sink.track(partition)
-        sink.progress.high_watermark(partition.topic.name, partition.index, new)
-
-
-@hookimpl
-def brokkr_sink_mirrored_offset(partition: Partition, broker: Broker) -> int | None:
-    sink = _sinks.get(broker)
-    if sink is None or not sink.retention_wait or not sink.wants(partition):
-        return None
-    return sink.progress.mirrored_offset(partition.topic.name, partition.index)
+def check_spark_installed(needed_by: str) -> None:
+    """ConfigError naming what to install when pyspark or a Java runtime is missing."""
+    try:
+        found = importlib.util.find_spec("pyspark") is not None
+    except ImportError:
+        found = False
+    if not found:
+        raise ConfigError(f"{needed_by} needs pyspark: pip install 'brokkr[spark]'")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise ConfigError(f"{needed_by} needs a Java runtime (17 or newer) for Spark: none on PATH or in JAVA_HOME")
