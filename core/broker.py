@@ -89,6 +89,7 @@ class Broker:
         self.offload = OffloadPool(self.codecs)
         try:
             for stored in self.storage.load_topics():
+                self._check_stored_name(stored.name)
                 self._open_topic(stored)
             self.producer_ids = ProducerIdManager(self.storage, self._first_unused_producer_id())
             self.hook.brokkr_broker_starting(broker=self)
@@ -264,6 +265,22 @@ class Broker:
         self.storage.save_topics(
             [StoredTopic(t.name, t.topic_id, len(t.partitions), t.config.override_strings()) for t in topics]
         )
+
+    @staticmethod
+    def _check_stored_name(name: str) -> None:
+        """Refuse to start on a stored topic whose name Kafka would refuse (one created by
+        an older brokkr, or written below the API): its entries would make every
+        checkpoint of its log directory unwritable, so recovery points and log start
+        offsets would silently stop being kept. Kafka, likewise, takes a log directory
+        offline when a directory in it is not named ``<topic>-<partition>``."""
+        try:
+            validate_topic_name(name)
+        except BrokkrError as exc:
+            raise BrokkrError(
+                f"the storage lists topic {name!r}, a name Kafka refuses ({exc}); "
+                "remove it from the storage's catalog (brokkr-topics.json in segment storage) to start",
+                exc.code,
+            ) from None
 
     def check_new_topic_name(self, name: str) -> None:
         """Raise BrokkrError unless ``name`` is legal and free (Kafka also refuses names that

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from brokkr.core.errors import BrokkrError, ErrorCode
 from brokkr.core.partition import validate_topic_name
@@ -80,3 +81,29 @@ def test_delete_directory_names_fit_in_255_bytes():
         name = files.delete_dir_name(topic, 123)
         assert len(name) <= 255 and name.endswith("-delete") and name.startswith(topic[:200])
     assert files.delete_dir_name("orders", 3).startswith("orders-3.")
+
+
+def test_a_stored_topic_with_an_illegal_name_stops_the_start_and_keeps_the_checkpoints(brokkr_broker_factory, tmp_path):
+    """A newline-named topic written into the catalog below the API layer (as an older
+    brokkr could) would make every checkpoint of its log directory unwritable: the broker
+    refuses to start, saying which topic, and the checkpoints stay as they were."""
+    log_dir = tmp_path / "data"
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(timeout=10)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    producer.produce("orders", b"kept")
+    assert producer.flush(15) == 0
+    broker.stop()
+    checkpoint = log_dir / files.RECOVERY_POINT_CHECKPOINT
+    before = checkpoint.read_bytes()
+    assert files.read_offset_checkpoint(checkpoint) == {("orders", 0): 1}
+
+    catalog = log_dir / files.CATALOG
+    [orders] = files.read_catalog(catalog)
+    files.write_catalog(catalog, [orders, attrs.evolve(orders, name="orders\n")])
+    with pytest.raises(BrokkrError, match=r"the storage lists topic 'orders\\n'") as info:
+        brokkr_broker_factory({"log.dirs": str(log_dir)})
+    assert info.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert checkpoint.read_bytes() == before
+    assert not (log_dir / "orders\n-0").exists()
