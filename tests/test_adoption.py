@@ -13,8 +13,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from brokkr.core.client import RawClient
+from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.records import iter_batches_untrusted
 from brokkr.plugins.storage.segment import files
+
+from tests.wire import FETCH, METADATA, PRODUCE, batch, fetch_body, metadata_body, produce_body
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaException, Producer  # noqa: E402
@@ -111,3 +115,39 @@ def test_cluster_metadata_is_never_served_as_a_topic(tmp_path, brokkr_broker_fac
     assert info.value.args[0].code() == confluent_kafka.KafkaError.INVALID_REQUEST
     assert "Creation of internal topic __cluster_metadata is prohibited." in info.value.args[0].str()
     assert "__cluster_metadata" not in broker.topics
+
+
+@pytest.mark.parametrize("source", ["leader-epoch-checkpoint", "metadata log"])
+def test_new_batches_take_the_latest_epoch_even_without_a_batch_at_it(tmp_path, brokkr_broker_factory, source):
+    # The KSQL partition's two batches are at epoch 0; Kafka then led it at epoch 38 (its
+    # leader-epoch-checkpoint holds "38 2", and so does the metadata log's PartitionRecord).
+    log_dir = kafka_log_dir(tmp_path, f"{KSQL}-0", *(["__cluster_metadata-0"] if source == "metadata log" else []))
+    checkpoint = log_dir / f"{KSQL}-0" / files.LEADER_EPOCH_CHECKPOINT
+    if source == "metadata log":
+        checkpoint.unlink()
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    assert files.read_leader_epochs(checkpoint)[-1] == (38, 2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    producer.produce(KSQL, b"after adoption", partition=0)
+    assert producer.flush(15) == 0
+    broker.stop()
+    data = b"".join(p.read_bytes() for p in sorted((log_dir / f"{KSQL}-0").glob("*.log")))
+    batches = list(iter_batches_untrusted(data))
+    assert [(b.base_offset, b.leader_epoch) for b in batches] == [(0, 0), (1, 0), (2, 38)]
+    assert files.read_leader_epochs(checkpoint)[-1] == (38, 2)
+
+
+def test_cluster_metadata_is_refused_on_produce_and_fetch(tmp_path, brokkr_broker_factory):
+    log_dir = kafka_log_dir(tmp_path, "__cluster_metadata-0")
+    before = {p.name: p.read_bytes() for p in (log_dir / "__cluster_metadata-0").iterdir()}
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    with RawClient(broker.bootstrap_servers) as client:
+        [topic] = client.request(METADATA, 12, metadata_body("__cluster_metadata")).topics
+        assert topic.error_code == ErrorCode.INVALID_REQUEST and not topic.partitions
+        [t] = client.request(PRODUCE, 9, produce_body("__cluster_metadata", batch(2))).responses
+        assert t.partition_responses[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        [t] = client.request(FETCH, 12, fetch_body("__cluster_metadata")).responses
+        assert t.partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and not t.partitions[0].records
+    assert "__cluster_metadata" not in broker.topics
+    broker.stop()
+    assert {p.name: p.read_bytes() for p in (log_dir / "__cluster_metadata-0").iterdir()} == before
