@@ -36,7 +36,13 @@ log = logging.getLogger("brokkr.storage")
 METADATA_DIR = f"{CLUSTER_METADATA_TOPIC}-0"
 FRAME_VERSION = 1
 TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
-_RECORDS = {3: "PartitionRecord", 2: "TopicRecord", 4: "ConfigRecord", 5: "PartitionChangeRecord", 9: "RemoveTopicRecord"}
+_RECORDS = {
+    2: "TopicRecord",
+    3: "PartitionRecord",
+    4: "ConfigRecord",
+    5: "PartitionChangeRecord",
+    9: "RemoveTopicRecord",
+}
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.leader when the leader stays
 
 
