@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from brokkr.core.client import RawClient
 from brokkr.core.errors import ErrorCode
-from brokkr.core.protocol.records import iter_batches_untrusted
-from brokkr.plugins.storage.segment import files
+from brokkr.core.protocol.primitives import Writer
+from brokkr.core.protocol.records import build_batch, iter_batches_untrusted
+from brokkr.core.protocol.schema import load_message
+from brokkr.plugins.storage.segment import files, kraft
 
 from tests.wire import FETCH, METADATA, PRODUCE, batch, fetch_body, metadata_body, produce_body
 
@@ -151,3 +153,32 @@ def test_cluster_metadata_is_refused_on_produce_and_fetch(tmp_path, brokkr_broke
     assert "__cluster_metadata" not in broker.topics
     broker.stop()
     assert {p.name: p.read_bytes() for p in (log_dir / "__cluster_metadata-0").iterdir()} == before
+
+
+def metadata_record(record: str, api_key: int, version: int, **fields) -> bytes:
+    """A metadata record framed as Kafka's MetadataRecordSerde writes it."""
+    spec = load_message(record, "metadata_records")
+    w = Writer()
+    for v in (1, api_key, version):
+        w.uvarint(v)
+    return bytes(spec.encode(version, spec.cls(**fields), w).buf)
+
+
+def test_metadata_log_segments_after_the_snapshot_are_applied(tmp_path):
+    log_dir = kafka_log_dir(tmp_path, "__cluster_metadata-0")
+    ksql_id = uuid.UUID("4ef4284e-ad0a-4475-962c-a43ae1dd607f")
+    schemas_id = uuid.UUID("15ad6d1e-6a30-412d-a54b-252b11de2348")
+    records = [
+        metadata_record("PartitionChangeRecord", 5, 0, partition_id=0, topic_id=ksql_id, leader=1),
+        metadata_record("PartitionChangeRecord", 5, 0, partition_id=0, topic_id=ksql_id, isr=[1]),  # same leader
+        metadata_record("ConfigRecord", 4, 0, resource_type=2, resource_name=KSQL, name="retention.ms", value="1000"),
+        metadata_record("RemoveTopicRecord", 9, 0, topic_id=schemas_id),
+    ]
+    # One batch before the snapshot's end offset (already in it: skipped), one after.
+    stale = build_batch([(None, records[0])], base_offset=60499)
+    fresh = build_batch([(None, r) for r in records], base_offset=60500)
+    (log_dir / "__cluster_metadata-0" / "00000000000000060000.log").write_bytes(stale + fresh)
+    topics = kraft.read_kraft_topics(log_dir, {})
+    assert topics[KSQL].leader_epochs == {0: 39}
+    assert topics[KSQL].configs["retention.ms"] == "1000"
+    assert "_schemas" not in topics and topics["__transaction_state"].leader_epochs[44] == 38
