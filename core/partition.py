@@ -46,12 +46,14 @@ def validate_topic_name(name: str) -> None:
 def _last_leader_epoch(log: PartitionLog) -> int:
     """The leader epoch of the log's last batch (0 for an empty log), so that batches
     appended after a restart, or to a partition adopted from a Kafka broker, never go
-    back to an older epoch than those already in the log."""
+    back to an older epoch than those already in the log. A log that keeps Kafka's
+    leader-epoch-checkpoint (``latest_epoch``) may hold a later epoch with no batch yet."""
+    latest = max(getattr(log, "latest_epoch", 0), 0)
     end = log.log_end_offset
     if end <= log.log_start_offset:
-        return 0
+        return latest
     batches = list(iter_batches_untrusted(log.read(end - 1, 1, end, True)))
-    return max(batches[-1].leader_epoch, 0) if batches else 0
+    return max(batches[-1].leader_epoch, latest) if batches else latest
 
 
 class Partition:

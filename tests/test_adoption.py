@@ -13,8 +13,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from brokkr.core.protocol.records import iter_batches_untrusted
-from brokkr.plugins.storage.segment import files
+from brokkr.core.client import RawClient
+from brokkr.core.errors import ErrorCode
+from brokkr.core.protocol.primitives import Writer
+from brokkr.core.protocol.records import build_batch, iter_batches_untrusted
+from brokkr.core.protocol.schema import load_message
+from brokkr.plugins.storage.segment import files, kraft
+
+from tests.wire import FETCH, METADATA, PRODUCE, batch, fetch_body, metadata_body, produce_body
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaException, Producer  # noqa: E402
@@ -111,3 +117,68 @@ def test_cluster_metadata_is_never_served_as_a_topic(tmp_path, brokkr_broker_fac
     assert info.value.args[0].code() == confluent_kafka.KafkaError.INVALID_REQUEST
     assert "Creation of internal topic __cluster_metadata is prohibited." in info.value.args[0].str()
     assert "__cluster_metadata" not in broker.topics
+
+
+@pytest.mark.parametrize("source", ["leader-epoch-checkpoint", "metadata log"])
+def test_new_batches_take_the_latest_epoch_even_without_a_batch_at_it(tmp_path, brokkr_broker_factory, source):
+    # The KSQL partition's two batches are at epoch 0; Kafka then led it at epoch 38 (its
+    # leader-epoch-checkpoint holds "38 2", and so does the metadata log's PartitionRecord).
+    log_dir = kafka_log_dir(tmp_path, f"{KSQL}-0", *(["__cluster_metadata-0"] if source == "metadata log" else []))
+    checkpoint = log_dir / f"{KSQL}-0" / files.LEADER_EPOCH_CHECKPOINT
+    if source == "metadata log":
+        checkpoint.unlink()
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    assert files.read_leader_epochs(checkpoint)[-1] == (38, 2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    producer.produce(KSQL, b"after adoption", partition=0)
+    assert producer.flush(15) == 0
+    broker.stop()
+    data = b"".join(p.read_bytes() for p in sorted((log_dir / f"{KSQL}-0").glob("*.log")))
+    batches = list(iter_batches_untrusted(data))
+    assert [(b.base_offset, b.leader_epoch) for b in batches] == [(0, 0), (1, 0), (2, 38)]
+    assert files.read_leader_epochs(checkpoint)[-1] == (38, 2)
+
+
+def test_cluster_metadata_is_refused_on_produce_and_fetch(tmp_path, brokkr_broker_factory):
+    log_dir = kafka_log_dir(tmp_path, "__cluster_metadata-0")
+    before = {p.name: p.read_bytes() for p in (log_dir / "__cluster_metadata-0").iterdir()}
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    with RawClient(broker.bootstrap_servers) as client:
+        [topic] = client.request(METADATA, 12, metadata_body("__cluster_metadata")).topics
+        assert topic.error_code == ErrorCode.INVALID_REQUEST and not topic.partitions
+        [t] = client.request(PRODUCE, 9, produce_body("__cluster_metadata", batch(2))).responses
+        assert t.partition_responses[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        [t] = client.request(FETCH, 12, fetch_body("__cluster_metadata")).responses
+        assert t.partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and not t.partitions[0].records
+    assert "__cluster_metadata" not in broker.topics
+    broker.stop()
+    assert {p.name: p.read_bytes() for p in (log_dir / "__cluster_metadata-0").iterdir()} == before
+
+
+def metadata_record(record: str, api_key: int, version: int, **fields) -> bytes:
+    """A metadata record framed as Kafka's MetadataRecordSerde writes it."""
+    spec = load_message(record, "metadata_records")
+    w = Writer()
+    for v in (1, api_key, version):
+        w.uvarint(v)
+    return bytes(spec.encode(version, spec.cls(**fields), w).buf)
+
+
+def test_metadata_log_segments_after_the_snapshot_are_applied(tmp_path):
+    log_dir = kafka_log_dir(tmp_path, "__cluster_metadata-0")
+    ksql_id = uuid.UUID("4ef4284e-ad0a-4475-962c-a43ae1dd607f")
+    schemas_id = uuid.UUID("15ad6d1e-6a30-412d-a54b-252b11de2348")
+    records = [
+        metadata_record("PartitionChangeRecord", 5, 0, partition_id=0, topic_id=ksql_id, leader=1),
+        metadata_record("PartitionChangeRecord", 5, 0, partition_id=0, topic_id=ksql_id, isr=[1]),  # same leader
+        metadata_record("ConfigRecord", 4, 0, resource_type=2, resource_name=KSQL, name="retention.ms", value="1000"),
+        metadata_record("RemoveTopicRecord", 9, 0, topic_id=schemas_id),
+    ]
+    # One batch before the snapshot's end offset (already in it: skipped), one after.
+    stale = build_batch([(None, records[0])], base_offset=60499)
+    fresh = build_batch([(None, r) for r in records], base_offset=60500)
+    (log_dir / "__cluster_metadata-0" / "00000000000000060000.log").write_bytes(stale + fresh)
+    topics = kraft.read_kraft_topics(log_dir, {})
+    assert topics[KSQL].leader_epochs == {0: 39}
+    assert topics[KSQL].configs["retention.ms"] == "1000"
+    assert "_schemas" not in topics and topics["__transaction_state"].leader_epochs[44] == 38

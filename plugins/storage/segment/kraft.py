@@ -9,8 +9,9 @@ unsigned varints for the frame version (1), the record type (its ``apiKey``) and
 record version, then the record in its flexible encoding (the definitions in
 ``brokkr.core.protocol.metadata_records``). Snapshot header and footer are control batches.
 
-Only what adoption needs is read: TopicRecord, PartitionRecord, ConfigRecord (topic
-resources) and RemoveTopicRecord. Broker-level settings, ACLs, quotas and SCRAM users in
+Only what adoption needs is read: TopicRecord, PartitionRecord, PartitionChangeRecord
+(for the leader epoch, bumped on a leader change as Kafka's ``PartitionRegistration.merge``
+does), ConfigRecord (topic resources) and RemoveTopicRecord. Broker-level settings, ACLs, quotas and SCRAM users in
 the log are not carried over (brokkr keeps those itself).
 """
 
@@ -35,14 +36,22 @@ log = logging.getLogger("brokkr.storage")
 METADATA_DIR = f"{CLUSTER_METADATA_TOPIC}-0"
 FRAME_VERSION = 1
 TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
-_RECORDS = {3: "PartitionRecord", 2: "TopicRecord", 4: "ConfigRecord", 9: "RemoveTopicRecord"}
+_RECORDS = {
+    2: "TopicRecord",
+    3: "PartitionRecord",
+    4: "ConfigRecord",
+    5: "PartitionChangeRecord",
+    9: "RemoveTopicRecord",
+}
+NO_LEADER_CHANGE = -2  # PartitionChangeRecord.leader when the leader stays
 
 
 @attrs.define
 class KraftTopic:
     name: str
     topic_id: uuid.UUID
-    partitions: set[int] = attrs.field(factory=set)
+    #: partition -> the leader epoch the metadata log gives it
+    leader_epochs: dict[int, int] = attrs.field(factory=dict)
     configs: dict[str, str] = attrs.field(factory=dict)
 
 
@@ -115,7 +124,11 @@ class _State:
         if name == "TopicRecord":
             self.topics[record.topic_id] = KraftTopic(record.name, record.topic_id)
         elif name == "PartitionRecord" and record.topic_id in self.topics:
-            self.topics[record.topic_id].partitions.add(record.partition_id)
+            self.topics[record.topic_id].leader_epochs[record.partition_id] = record.leader_epoch
+        elif name == "PartitionChangeRecord" and record.topic_id in self.topics:
+            epochs = self.topics[record.topic_id].leader_epochs
+            if record.leader != NO_LEADER_CHANGE and record.partition_id in epochs:
+                epochs[record.partition_id] += 1
         elif name == "RemoveTopicRecord":
             self.topics.pop(record.topic_id, None)
         elif name == "ConfigRecord" and record.resource_type == TOPIC_RESOURCE:

@@ -73,12 +73,25 @@ class SegmentLog:
         self.recovery_point = min(recovery_point, self.log_end_offset) if clean else self.log_end_offset
         self._start = min(max(log_start_offset, self._segments[0].base_offset), self.log_end_offset)
         self._epochs_path = directory / files.LEADER_EPOCH_CHECKPOINT
-        # Epochs starting past the end are from batches recovery dropped.
+        # Epochs starting past the end are from batches recovery dropped; one starting at the
+        # end is a leader's epoch with no batch yet (as assign_epoch writes it).
         self._epochs = [
-            (e, start) for e, start in files.read_leader_epochs(self._epochs_path) if start < self.log_end_offset
+            (e, start) for e, start in files.read_leader_epochs(self._epochs_path) if start <= self.log_end_offset
         ]
         self._unflushed = 0
         self._last_flush = time.monotonic()
+
+    @property
+    def latest_epoch(self) -> int:
+        """The latest leader epoch of the leader-epoch-checkpoint (-1 when it has none)."""
+        return self._epochs[-1][0] if self._epochs else -1
+
+    def assign_epoch(self, epoch: int) -> None:
+        """Start leader epoch ``epoch`` at the log end, as a Kafka broker does when it becomes
+        leader (``LeaderEpochFileCache.assign``); an epoch not above the latest is ignored."""
+        if epoch > self.latest_epoch:
+            self._epochs.append((epoch, self.log_end_offset))
+            files.write_leader_epochs(self._epochs_path, self._epochs)
 
     # -- opening --------------------------------------------------------------------------
 

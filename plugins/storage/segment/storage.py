@@ -45,6 +45,7 @@ class SegmentStorage:
         self.recovery_points: dict[Path, dict[tuple[str, int], int]] = {}
         self.start_offsets: dict[Path, dict[tuple[str, int], int]] = {}
         self.found: dict[tuple[str, int], Path] = {}  # partition directories on disk
+        self.adopted_epochs: dict[tuple[str, int], int] = {}  # leader epochs from Kafka's metadata log
         self.logs: dict[Path, dict[tuple[str, int], SegmentLog]] = {d: {} for d in self.dirs}
         for d in self.dirs:
             self._open_dir(d, node_id)
@@ -108,7 +109,8 @@ class SegmentStorage:
             topic_id = files.read_partition_metadata(metadata)
             known = kraft.get(name) if kraft else None
             if known is not None:
-                count = max([*partitions, *known.partitions]) + 1
+                count = max([*partitions, *known.leader_epochs]) + 1
+                self.adopted_epochs.update(((name, p), e) for p, e in known.leader_epochs.items() if p in partitions)
                 configs = self._known_topic_configs(name, known.configs)
                 adopted.append(StoredTopic(name, topic_id or known.topic_id, count, configs))
             else:
@@ -171,6 +173,8 @@ class SegmentStorage:
             log_start_offset=self.start_offsets[d].get(key, 0),
             clean=self.clean[d],
         )
+        if key in self.adopted_epochs:
+            plog.assign_epoch(self.adopted_epochs.pop(key))
         self.logs[d][key] = plog
         return plog
 
