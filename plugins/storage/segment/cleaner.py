@@ -42,6 +42,7 @@ from brokkr.core.protocol.records import (
     LOG_OVERHEAD,
     NO_PRODUCER_ID,
     BatchHeader,
+    _record_at,
 )
 from crc32c import crc32c
 
@@ -141,8 +142,6 @@ def _records(seg: LogSegment, codecs, chunk: int, throttle: Throttler):
 
 def _walk(h: BatchHeader, payload: memoryview):
     """(offset delta, timestamp delta, key, value is null, record bytes) per record."""
-    from brokkr.core.protocol.records import _record_at  # the one record parser
-
     pos, end = 0, len(payload)
     for _ in range(h.record_count):
         start = pos
