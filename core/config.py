@@ -108,6 +108,14 @@ def at_least(minimum: int) -> Callable[[Any], None]:
     return check
 
 
+def between(low: float, high: float) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}")
+
+    return check
+
+
 def one_of(*choices: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         items = value if isinstance(value, list) else [value]
@@ -222,7 +230,7 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("log.cleaner.dedupe.buffer.size", L, 134217728, "Memory for the key map, over all threads."),
     ConfigDef("log.cleaner.io.buffer.size", I, 524288, "Cleaner I/O buffers, all threads.", validator=at_least(0)),
     ConfigDef("log.cleaner.io.max.bytes.per.second", D, 1.7976931348623157e308, "Cleaner read+write throttle."),
-    ConfigDef("log.cleaner.min.cleanable.ratio", D, 0.5, "Default min.cleanable.dirty.ratio."),
+    ConfigDef("log.cleaner.min.cleanable.ratio", D, 0.5, "Default min.cleanable.dirty.ratio.", validator=between(0, 1)),
     ConfigDef("log.cleaner.min.compaction.lag.ms", L, 0, "Default of it per topic.", validator=at_least(0)),
     ConfigDef("log.cleaner.max.compaction.lag.ms", L, LONG_MAX, "Default per topic.", validator=at_least(1)),
     ConfigDef("log.cleaner.delete.retention.ms", L, 86400000, "Default delete.retention.ms.", validator=at_least(0)),
@@ -261,7 +269,12 @@ def _segment_ms(broker: Mapping[str, Any]) -> int:
 TOPIC_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("cleanup.policy", LST, None, "delete and/or compact.", "log.cleanup.policy", one_of("delete", "compact")),
     ConfigDef(
-        "min.cleanable.dirty.ratio", D, None, "Dirty share before cleaning.", "log.cleaner.min.cleanable.ratio"
+        "min.cleanable.dirty.ratio",
+        D,
+        None,
+        "Dirty share before cleaning.",
+        "log.cleaner.min.cleanable.ratio",
+        between(0, 1),
     ),
     ConfigDef("min.compaction.lag.ms", L, None, "Age before compaction.", "log.cleaner.min.compaction.lag.ms"),
     ConfigDef("max.compaction.lag.ms", L, None, "Age by which to compact.", "log.cleaner.max.compaction.lag.ms"),

@@ -139,7 +139,12 @@ def test_a_sigkill_while_cleaning_recovers_every_key(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "setting", [{"log.cleaner.dedupe.buffer.size": "1000"}, {"log.cleaner.io.max.bytes.per.second": "0"}]
+    "setting",
+    [
+        {"log.cleaner.dedupe.buffer.size": "1000"},
+        {"log.cleaner.io.max.bytes.per.second": "0"},
+        {"log.cleaner.min.cleanable.ratio": "1.5"},
+    ],
 )
 def test_settings_the_cleaner_cannot_honour_are_refused_at_start(tmp_path, setting):
     with pytest.raises(ConfigError, match=next(iter(setting))):
