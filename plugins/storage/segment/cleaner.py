@@ -296,14 +296,19 @@ def complete_swaps(directory) -> None:
     replaces (offsets from its base to its last offset) and give it its final name."""
     swaps = sorted(directory.glob(f"*{LOG_SUFFIX}{SWAP}"))
     for swap in swaps:
-        base = int(swap.name.split(".")[0])
+        stem = swap.name[: -len(LOG_SUFFIX + SWAP)]
+        if not stem.isdigit():
+            continue  # not one of ours: removed with the other leftovers
+        base = int(stem)
         fd = os.open(swap, os.O_RDONLY)
         try:
-            end = base
-            for _, h, _ in scan_batches(fd, 0, os.fstat(fd).st_size):
+            size, end = os.fstat(fd).st_size, base
+            for _, h, _ in scan_batches(fd, 0, size):
                 end = h.last_offset + 1
         finally:
             os.close(fd)
+        if size and end == base:
+            continue  # not a whole cleaned segment: removed with the leftovers, the old segments stay
         for old in directory.glob(f"*{LOG_SUFFIX}"):
             if old.stem.isdigit() and base <= int(old.stem) < end:
                 for path in (old, old.with_suffix(".index"), old.with_suffix(".timeindex")):
