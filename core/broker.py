@@ -391,12 +391,14 @@ class Broker:
                     p.log.delete_before(offset)
 
     async def _maintain(self) -> None:
-        """Kafka's scheduler, for the log: retention and checkpoints at their intervals."""
+        """Kafka's scheduler, for the log: retention, checkpoints and log cleaning at their intervals."""
         assert self.storage is not None
         intervals = {
             self.apply_retention: self.config["log.retention.check.interval.ms"] / 1000,
             self.storage.checkpoint: self.config["log.flush.offset.checkpoint.interval.ms"] / 1000,
         }
+        if hasattr(self.storage, "clean_logs"):  # a storage that compacts (optional, see core/log.py)
+            intervals[self.storage.clean_logs] = max(self.config["log.cleaner.backoff.ms"], 1) / 1000
         loop = asyncio.get_running_loop()
         due = {task: loop.time() + every for task, every in intervals.items()}
         failing: set = set()

@@ -125,6 +125,14 @@ def at_least(minimum: int) -> Callable[[Any], None]:
     return check
 
 
+def between(low: float, high: float) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}")
+
+    return check
+
+
 def one_of(*choices: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         items = value if isinstance(value, list) else [value]
@@ -136,6 +144,7 @@ def one_of(*choices: str) -> Callable[[Any], None]:
 
 
 B, S, I, L, LST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG, ConfigType.LIST
+D = ConfigType.DOUBLE
 P = ConfigType.PASSWORD
 TLS_PROTOCOLS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -260,6 +269,17 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
         validator=at_least(1),
     ),
     ConfigDef("log.retention.check.interval.ms", L, 300000, "How often retention runs.", validator=at_least(1)),
+    # The log cleaner (plugins/storage/segment/cleaner.py).
+    ConfigDef("log.cleaner.enable", B, True, "Run the log cleaner for compacted topics."),
+    ConfigDef("log.cleaner.threads", I, 1, "Cleaner threads.", validator=at_least(1)),
+    ConfigDef("log.cleaner.backoff.ms", L, 15000, "Sleep when there is nothing to clean.", validator=at_least(0)),
+    ConfigDef("log.cleaner.dedupe.buffer.size", L, 134217728, "Memory for the key map, over all threads."),
+    ConfigDef("log.cleaner.io.buffer.size", I, 524288, "Cleaner I/O buffers, all threads.", validator=at_least(0)),
+    ConfigDef("log.cleaner.io.max.bytes.per.second", D, 1.7976931348623157e308, "Cleaner read+write throttle."),
+    ConfigDef("log.cleaner.min.cleanable.ratio", D, 0.5, "Default min.cleanable.dirty.ratio.", validator=between(0, 1)),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", L, 0, "Default of it per topic.", validator=at_least(0)),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", L, LONG_MAX, "Default per topic.", validator=at_least(1)),
+    ConfigDef("log.cleaner.delete.retention.ms", L, 86400000, "Default delete.retention.ms.", validator=at_least(0)),
     ConfigDef(
         "log.message.timestamp.type",
         S,
@@ -294,6 +314,17 @@ def _segment_ms(broker: Mapping[str, Any]) -> int:
 # Topic-level settings: name -> (definition, how the broker supplies its default).
 TOPIC_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("cleanup.policy", LST, None, "delete and/or compact.", "log.cleanup.policy", one_of("delete", "compact")),
+    ConfigDef(
+        "min.cleanable.dirty.ratio",
+        D,
+        None,
+        "Dirty share before cleaning.",
+        "log.cleaner.min.cleanable.ratio",
+        between(0, 1),
+    ),
+    ConfigDef("min.compaction.lag.ms", L, None, "Age before compaction.", "log.cleaner.min.compaction.lag.ms"),
+    ConfigDef("max.compaction.lag.ms", L, None, "Age by which to compact.", "log.cleaner.max.compaction.lag.ms"),
+    ConfigDef("delete.retention.ms", L, None, "How long tombstones stay.", "log.cleaner.delete.retention.ms"),
     ConfigDef("compression.type", S, None, "Codec for stored batches.", "compression.type", one_of(*COMPRESSION_TYPES)),
     ConfigDef("max.message.bytes", I, None, "Largest record batch.", "message.max.bytes", at_least(0)),
     ConfigDef("min.insync.replicas", I, None, "Replicas needed for acks=-1.", "min.insync.replicas", at_least(1)),

@@ -27,7 +27,7 @@ from pathlib import Path
 from brokkr.core.config import LONG_MAX, TopicConfig
 from brokkr.core.log import AppendInfo, OffsetOutOfRange, SegmentInfo, TimestampOffset
 
-from . import files
+from . import cleaner, files
 from .segment import LogSegment
 
 log = logging.getLogger("brokkr.storage")
@@ -52,6 +52,7 @@ class SegmentLog:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         clean: bool = False,
+        cleaner_offset: int = 0,
     ):
         self.dir = directory
         self.config = config
@@ -66,6 +67,7 @@ class SegmentLog:
             files.write_partition_metadata(metadata, topic_id)
         elif stored_id != topic_id:
             raise InconsistentTopicId(f"{directory} belongs to topic id {stored_id}, not {topic_id}")
+        cleaner.complete_swaps(directory)
         self._remove_leftovers()
         self._segments = self._load_segments(recovery_point, log_start_offset, clean)
         self._segments[-1].make_active()
@@ -80,6 +82,9 @@ class SegmentLog:
         ]
         self._unflushed = 0
         self._last_flush = time.monotonic()
+        #: The log cleaner's checkpoint: offsets below it have been cleaned.
+        self.first_dirty = min(cleaner_offset, self.log_end_offset)
+        self.cleaning = False
 
     @property
     def latest_epoch(self) -> int:
@@ -252,6 +257,32 @@ class SegmentLog:
             self._epochs = kept
             files.write_leader_epochs(self._epochs_path, kept)
 
+    def install_cleaned(self, cleaning: cleaner.Cleaning) -> bool:
+        """Swap in the segments a cleaner thread prepared (event loop, no record walks):
+        one list assignment, so a reader sees the old segments or the new, then the old
+        files go and the ``.swap`` files take their names. Discarded if retention or a
+        truncation changed the segments meanwhile."""
+        current = {id(s) for s in self._segments}
+        if self.deleted or any(id(s) not in current for group in cleaning.replaced for s in group):
+            for base in cleaning.bases:
+                for suffix in (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX):
+                    files.segment_file(self.dir, base, suffix + cleaner.SWAP).unlink(missing_ok=True)
+            return False
+        segments = list(self._segments)
+        for group, base in zip(cleaning.replaced, cleaning.bases):
+            for seg in group:
+                seg.delete()
+            for suffix in (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX):
+                final = files.segment_file(self.dir, base, suffix)
+                os.replace(final.with_name(final.name + cleaner.SWAP), final)
+            new = self._segment(base)
+            new.load(recover=False)
+            i = segments.index(group[0])
+            segments[i : i + len(group)] = [new]
+        self._segments = segments
+        self.first_dirty = max(self.first_dirty, cleaning.first_dirty)
+        return True
+
     def truncate_to(self, offset: int) -> None:
         if offset >= self.log_end_offset:
             return
@@ -269,6 +300,7 @@ class SegmentLog:
             last.make_active()
         self._start = min(self._start, offset)
         self.recovery_point = min(self.recovery_point, offset)
+        self.first_dirty = min(self.first_dirty, offset)
         self._epochs = [(e, s) for e, s in self._epochs if s < offset]
         files.write_leader_epochs(self._epochs_path, self._epochs)
         self._delete_snapshots_above(offset)

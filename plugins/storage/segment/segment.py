@@ -71,13 +71,16 @@ def scan_batches(
 
 
 class LogSegment:
-    def __init__(self, directory: Path, base_offset: int, index_interval: int, index_bytes: int):
+    def __init__(self, directory: Path, base_offset: int, index_interval: int, index_bytes: int, suffix: str = ""):
+        """``suffix`` follows each file name (the log cleaner writes ``.cleaned`` segments)."""
         self.base_offset = base_offset
-        self.path = segment_file(directory, base_offset, LOG_SUFFIX)
+        self.path = segment_file(directory, base_offset, LOG_SUFFIX + suffix)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self.fd).st_size
-        self.offset_index = OffsetIndex(segment_file(directory, base_offset, INDEX_SUFFIX), base_offset, index_bytes)
-        self.time_index = TimeIndex(segment_file(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, index_bytes)
+        index_path = segment_file(directory, base_offset, INDEX_SUFFIX + suffix)
+        time_index_path = segment_file(directory, base_offset, TIME_INDEX_SUFFIX + suffix)
+        self.offset_index = OffsetIndex(index_path, base_offset, index_bytes)
+        self.time_index = TimeIndex(time_index_path, base_offset, index_bytes)
         self.index_interval = index_interval
         self.bytes_since_last_index_entry = 0
         self.max_timestamp = -1
@@ -189,13 +192,16 @@ class LogSegment:
             self.seal()
         os.close(self.fd)
 
+    def paths(self) -> tuple[Path, Path, Path]:
+        return self.path, self.offset_index.path, self.time_index.path
+
     def delete(self) -> None:
         """Close and remove the segment's files (renamed to .deleted first, so a crash
         halfway leaves files that recovery knows to remove)."""
         os.close(self.fd)
         for index in (self.offset_index, self.time_index):
             index.close()
-        for path in (self.path, self.offset_index.path, self.time_index.path):
+        for path in self.paths():
             if path.exists():
                 doomed = path.with_name(path.name + ".deleted")
                 os.replace(path, doomed)

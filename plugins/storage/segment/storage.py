@@ -25,6 +25,7 @@ from brokkr.core.log import StoredTopic
 from brokkr.core.partition import CLUSTER_METADATA_TOPIC
 
 from . import files, kraft
+from .cleaner import LogCleaner
 from .partition_log import SegmentLog
 
 log = logging.getLogger("brokkr.storage")
@@ -44,6 +45,8 @@ class SegmentStorage:
         self.clean: dict[Path, bool] = {}
         self.recovery_points: dict[Path, dict[tuple[str, int], int]] = {}
         self.start_offsets: dict[Path, dict[tuple[str, int], int]] = {}
+        self.cleaner_offsets: dict[Path, dict[tuple[str, int], int]] = {}
+        self.cleaner = LogCleaner(config, codecs)
         self.found: dict[tuple[str, int], Path] = {}  # partition directories on disk
         self.adopted_epochs: dict[tuple[str, int], int] = {}  # leader epochs from Kafka's metadata log
         self.logs: dict[Path, dict[tuple[str, int], SegmentLog]] = {d: {} for d in self.dirs}
@@ -64,10 +67,11 @@ class SegmentStorage:
         try:
             self.recovery_points[d] = files.read_offset_checkpoint(d / files.RECOVERY_POINT_CHECKPOINT)
             self.start_offsets[d] = files.read_offset_checkpoint(d / files.LOG_START_CHECKPOINT)
+            self.cleaner_offsets[d] = files.read_offset_checkpoint(d / files.CLEANER_CHECKPOINT)
         except files.CorruptFile as exc:
             log.warning("%s; recovering every partition in %s from its start", exc, d)
             self.clean[d] = False
-            self.recovery_points[d], self.start_offsets[d] = {}, {}
+            self.recovery_points[d], self.start_offsets[d], self.cleaner_offsets[d] = {}, {}, {}
         # From here on, until close() writes it again, a crash means an unclean start.
         marker.unlink(missing_ok=True)
         for path in d.iterdir():
@@ -172,6 +176,7 @@ class SegmentStorage:
             recovery_point=self.recovery_points[d].get(key, 0),
             log_start_offset=self.start_offsets[d].get(key, 0),
             clean=self.clean[d],
+            cleaner_offset=self.cleaner_offsets[d].get(key, 0),
         )
         if key in self.adopted_epochs:
             plog.assign_epoch(self.adopted_epochs.pop(key))
@@ -195,8 +200,17 @@ class SegmentStorage:
             starts = {k: self.start_offsets[d][k] for k in kept if k in self.start_offsets[d]}
             starts.update((k, plog.log_start_offset) for k, plog in logs.items() if plog.start_is_mid_segment)
             files.write_offset_checkpoint(d / files.LOG_START_CHECKPOINT, starts)
+            cleaned = {k: self.cleaner_offsets[d][k] for k in kept if k in self.cleaner_offsets[d]}
+            cleaned.update((k, plog.first_dirty) for k, plog in logs.items() if plog.first_dirty)
+            files.write_offset_checkpoint(d / files.CLEANER_CHECKPOINT, cleaned)
+
+    def clean_logs(self) -> None:
+        """Start cleaning the compacted logs that need it (called by the broker's
+        maintenance loop every ``log.cleaner.backoff.ms``)."""
+        self.cleaner.schedule([plog for logs in self.logs.values() for plog in logs.values()])
 
     def close(self) -> None:
+        self.cleaner.close()
         self.flusher.shutdown(wait=True)
         self.checkpoint()
         for d in self.dirs:
