@@ -22,6 +22,7 @@ hookimpl = pluggy.HookimplMarker("brokkr")
 #: plugin that answers wins.
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.core.default_decoder",
+    "brokkr.core.apis.builtin",
     "brokkr.core.validation",
     "brokkr.core.delayed",
     "brokkr.plugins.codecs.none",
