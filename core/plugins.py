@@ -40,6 +40,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.plugins.quota.unlimited",
     "brokkr.plugins.quota.client_quotas",
     "brokkr.plugins.sinks.spark.sink",
+    "brokkr.plugins.groups",
 )
 
 #: Cannot be blocked: without them the broker cannot parse a request.

@@ -70,6 +70,7 @@ def test_without_the_plugin_the_api_is_neither_advertised_nor_served(brokkr_brok
 
 def test_core_apis_come_through_the_hook(tmp_path):
     """With the built-in API plugin blocked, a broker serves only what other plugins add."""
-    broker = Broker({"brokkr.plugins.disabled": "brokkr.core.apis.builtin", "log.dirs": str(tmp_path)},
+    disabled = "brokkr.core.apis.builtin,brokkr.plugins.groups"
+    broker = Broker({"brokkr.plugins.disabled": disabled, "log.dirs": str(tmp_path)},
                     plugins=(ClusterAndQuotas(),), entry_points=False)
     assert set(broker.apis) == {DESCRIBE_CLUSTER, DESCRIBE_CLIENT_QUOTAS}
