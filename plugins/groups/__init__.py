@@ -9,7 +9,8 @@ per broker, which owns the groups (of either protocol) and their offsets, partit
 ``__consumer_offsets``.
 
 Modules: ``coordinator`` (the coordinator, partition ownership and its
-became-leader/resigned seam), ``find_coordinator`` (FindCoordinator).
+became-leader/resigned seam), ``find_coordinator`` (FindCoordinator), ``records`` (the
+``__consumer_offsets`` record formats, compiled from ``coordinator_records/``).
 """
 
 from __future__ import annotations
