@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
-from .apis import APIS
 from .apis.sasl_authenticate import KEY as SASL_AUTHENTICATE
 from .apis.sasl_authenticate import authenticate_response
 from .apis.sasl_handshake import KEY as SASL_HANDSHAKE
@@ -185,7 +184,7 @@ class SaslServerAuthenticator:
                 except (CorruptRequest, CloseConnection) as exc:
                     log.info("%s: %s", self.connection.connection_id, exc)
                     return _CLOSE
-                api = APIS[API_VERSIONS_KEY]
+                api = self.broker.apis[API_VERSIONS_KEY]
                 if api.min_version <= header.api_version <= api.max_version:
                     self._state = _State.HANDSHAKE_REQUEST  # an unsupported version may be retried
                 return Outcome(response, True)
@@ -202,7 +201,7 @@ class SaslServerAuthenticator:
             log.info("%s: %s", self.connection.connection_id, message)
             await asyncio.sleep(self.listener.failed_authentication_delay_s)
             return Outcome(self._illegal_state_response(header, body), False)
-        if not 0 <= header.api_version <= APIS[SASL_AUTHENTICATE].max_version:
+        if not 0 <= header.api_version <= self.broker.apis[SASL_AUTHENTICATE].max_version:
             log.info("%s: SaslAuthenticate v%d is not supported", self.connection.connection_id, header.api_version)
             return _CLOSE
         try:
@@ -224,7 +223,7 @@ class SaslServerAuthenticator:
 
     async def _handshake(self, header, body) -> Outcome:
         version = header.api_version
-        if not 0 <= version <= APIS[SASL_HANDSHAKE].max_version:
+        if not 0 <= version <= self.broker.apis[SASL_HANDSHAKE].max_version:
             log.info("%s: SaslHandshake v%d is not supported", self.connection.connection_id, version)
             return _CLOSE
         try:
@@ -306,7 +305,7 @@ class SaslServerAuthenticator:
 
     def _illegal_state_response(self, header, body) -> bytes | None:
         """The request's own response with ILLEGAL_SASL_STATE, when brokkr serves its version."""
-        api = APIS.get(header.api_key)
+        api = self.broker.apis.get(header.api_key)
         if api is None or not api.min_version <= header.api_version <= api.max_version:
             return None
         try:

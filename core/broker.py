@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .apis import Api, collect_apis
 from .authorization import AclOperation, Action, AuthorizationResult, ResourceType
 from .compression import collect_codecs
 from .config import BROKER_CONFIGS, BrokerConfig, format_value
@@ -66,6 +67,7 @@ class Broker:
         self.purgatory = Purgatory()
         self.codecs: dict[int, Any] = {}
         self.offload: OffloadPool | None = None  # record walks off the event loop (core/offload.py)
+        self.apis: dict[int, Api] = collect_apis(self.hook, self)  # what this broker serves (brokkr_apis)
         self.storage: Storage | None = None
         self.producer_ids: ProducerIdManager | None = None
         self._server: Server | None = None

@@ -18,7 +18,6 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from .apis import APIS
 from .apis.api_versions import unsupported_version_response
 from .apis.common import NoResponse
 from .context import ConnectionInfo, Principal, RequestContext
@@ -48,13 +47,13 @@ async def handle_frame_with_throttle(
     must then not be read (its throttle time, KIP-219)."""
     start = time.perf_counter()
     header, body = parse_request_header_untrusted(frame_in)
-    api = APIS.get(header.api_key)
+    api = broker.apis.get(header.api_key)
     if api is None:
         raise UnknownApi(f"API {header.api_name} (key {header.api_key}) is not served by brokkr")
     version = header.api_version
     if not api.min_version <= version <= api.max_version:
         if header.api_key == API_VERSIONS_KEY:
-            return encode_response(API_VERSIONS_KEY, 0, header.correlation_id, unsupported_version_response()), 0
+            return encode_response(API_VERSIONS_KEY, 0, header.correlation_id, unsupported_version_response(broker)), 0
         # Answer in the nearest served version, if the body parses in it; else close.
         nearest = min(max(version, api.min_version), api.max_version)
         request = request_spec(header.api_key).decode(nearest, body)

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from .apis import Api
     from .authorization import AclStore, Action, AuthorizationResult
     from .broker import Broker
     from .config import ConfigDef
@@ -278,6 +279,32 @@ def brokkr_client_quota_store(broker: Broker) -> ClientQuotaStore | None:
 
     :param broker: The broker.
     :return: An object satisfying :class:`brokkr.core.quotas.ClientQuotaStore`, or ``None``.
+    """
+
+
+# -------------------------------------------------------------------------
+# Kafka APIs
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def brokkr_apis(broker: Broker) -> list[Api]:
+    """Contribute Kafka APIs: the broker serves, and advertises in ApiVersions, exactly
+    the APIs contributed here.
+
+    Called once per broker, at construction; requests then look their API up in that
+    table, so serving an API costs no hook call per request. When two plugins contribute
+    the same key, the one registered last wins: core's own APIs come from the built-in
+    plugin ``brokkr.core.apis.builtin``, so any plugin can replace one of them or add an
+    API core does not serve, without touching core. Requests are decoded by
+    ``brokkr_decode_request`` (the built-in decoder knows every API in Kafka's message
+    definitions).
+
+    :param broker: The broker.
+    :return: A list of :class:`brokkr.core.apis.Api`: the key, the versions served, an
+        async ``handle(broker, ctx, request)`` returning the response body (``None``: no
+        response) and ``error_response(request, code)`` answering the whole request with
+        one error code (UNSUPPORTED_VERSION, failures of the handler).
     """
 
 

@@ -23,6 +23,7 @@ hookimpl = pluggy.HookimplMarker("brokkr")
 #: plugin that answers wins.
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.core.default_decoder",
+    "brokkr.core.apis.builtin",
     "brokkr.core.validation",
     "brokkr.core.delayed",
     "brokkr.plugins.codecs.none",
@@ -41,6 +42,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.plugins.quota.client_quotas",
     "brokkr.plugins.sinks.spark.sink",
     "brokkr.plugins.metrics.prometheus",
+    "brokkr.plugins.groups",
 )
 
 #: Cannot be blocked: without them the broker cannot parse a request.

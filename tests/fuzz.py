@@ -29,7 +29,7 @@ import zstandard
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from brokkr.core.apis import APIS  # noqa: E402
+from brokkr.core.apis.builtin import brokkr_apis  # noqa: E402
 from brokkr.core.protocol.frames import encode_request, request_spec  # noqa: E402
 from brokkr.core.protocol.records import build_batch, encode_batch, encode_record  # noqa: E402
 from brokkr.core.testing import RawClient  # noqa: E402
@@ -44,7 +44,8 @@ def seed_frames() -> list[bytes]:
     """Valid frames: every served API at its lowest and highest version with default
     fields, plus produce, fetch and metadata frames that carry data."""
     frames = []
-    for key, api in sorted(APIS.items()):
+    for api in sorted(brokkr_apis(), key=lambda a: a.key):
+        key = api.key
         for version in {api.min_version, api.max_version}:
             try:
                 frames.append(encode_request(key, version, 1, "fuzz", request_spec(key).cls()))

@@ -94,6 +94,11 @@ class EveryHook:
         return []
 
     @hookimpl
+    def brokkr_apis(self):
+        self.calls["brokkr_apis"] += 1
+        return []
+
+    @hookimpl
     def brokkr_codecs(self):
         self.calls["brokkr_codecs"] += 1
         return []

@@ -1,6 +1,9 @@
-"""API handlers, one module per Kafka API. :data:`APIS` is what the broker serves and
-advertises in ApiVersions; an API not listed here is answered as Kafka answers an API
-it does not know (the connection is closed).
+"""API handlers, one module per Kafka API, and the API table of a broker.
+
+A broker serves and advertises in ApiVersions exactly the APIs that plugins contribute
+through ``brokkr_apis`` (core's own come from :mod:`brokkr.core.apis.builtin`), collected
+once per broker by :func:`collect_apis`; an API not in its table is answered as Kafka
+answers an API it does not know (the connection is closed).
 
 Each module defines ``API = Api(...)``: the key, the versions served, an async
 ``handle(broker, ctx, request)`` that returns the response body (or ``None`` for no
@@ -10,7 +13,6 @@ with one error (used for UNSUPPORTED_VERSION and whole-request failures).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,35 +31,12 @@ class Api:
     advertised_min_version: int | None = None
 
 
-_MODULES = (
-    "produce",
-    "fetch",
-    "list_offsets",
-    "metadata",
-    "api_versions",
-    "create_topics",
-    "delete_topics",
-    "delete_records",
-    "init_producer_id",
-    "describe_configs",
-    "sasl_handshake",
-    "sasl_authenticate",
-    "describe_user_scram_credentials",
-    "alter_user_scram_credentials",
-    "describe_acls",
-    "create_acls",
-    "delete_acls",
-    "describe_client_quotas",
-    "alter_client_quotas",
-    "incremental_alter_configs",
-    "alter_configs",
-    "create_partitions",
-    "describe_log_dirs",
-    "describe_cluster",
-    "describe_topic_partitions",
-)
-
-APIS: dict[int, Api] = {}
-for _name in _MODULES:
-    _api = importlib.import_module(f"{__name__}.{_name}").API
-    APIS[_api.key] = _api
+def collect_apis(hook, broker) -> dict[int, Api]:
+    """One :class:`Api` per key from ``brokkr_apis``: the plugin registered last wins, so a
+    plugin replaces a built-in API (pluggy lists the results of the plugins registered
+    last first). Called once per broker; requests look their API up in the result."""
+    apis: dict[int, Api] = {}
+    for result in hook.brokkr_apis(broker=broker):
+        for api in result:
+            apis.setdefault(api.key, api)
+    return apis

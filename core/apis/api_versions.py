@@ -20,21 +20,20 @@ ApiVersion = _R.struct("ApiVersion")
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
 
-def supported_api_versions() -> list:
-    from . import APIS
-
+def supported_api_versions(broker) -> list:
+    """The APIs of ``broker``'s table (``brokkr_apis``), by key."""
     return [
         ApiVersion(
             api_key=api.key,
             min_version=api.min_version if api.advertised_min_version is None else api.advertised_min_version,
             max_version=api.max_version,
         )
-        for api in sorted(APIS.values(), key=lambda a: a.key)
+        for api in sorted(broker.apis.values(), key=lambda a: a.key)
     ]
 
 
-def unsupported_version_response():
-    return ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=supported_api_versions())
+def unsupported_version_response(broker):
+    return ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=supported_api_versions(broker))
 
 
 async def handle(broker, ctx, request):
@@ -43,11 +42,12 @@ async def handle(broker, ctx, request):
         and _SOFTWARE.fullmatch(request.client_software_version or "")
     ):
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST)
-    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=supported_api_versions())
+    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=supported_api_versions(broker))
 
 
 def error_response(request, code):
-    return ApiVersionsResponse(error_code=code, api_keys=supported_api_versions())
+    # Only for a failing handler (no broker at hand): the error, without the list.
+    return ApiVersionsResponse(error_code=code, api_keys=[])
 
 
 API = Api(KEY, 0, 4, handle, error_response)

@@ -36,12 +36,17 @@ TOPIC_OPERATIONS = (
 )
 
 
+#: Kafka's internal topics (org.apache.kafka.common.internals.Topic.INTERNAL_TOPICS).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
 def _topic_response(broker, topic) -> MetadataResponseTopic:
     node = broker.node_id
     return MetadataResponseTopic(
         error_code=ErrorCode.NONE,
         name=topic.name,
         topic_id=topic.topic_id,
+        is_internal=topic.name in INTERNAL_TOPICS,
         partitions=[
             MetadataResponsePartition(
                 error_code=ErrorCode.NONE,

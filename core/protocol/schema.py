@@ -211,7 +211,12 @@ def _commons_first(raw: list[dict]) -> list[dict]:
 def load_message(name: str, folder: str = "messages") -> MessageSpec:
     """Load ``messages/<name>.json`` (e.g. ``"ProduceRequest"``) once per process; KRaft
     metadata records come from ``folder="metadata_records"``."""
-    text = resources.files(__package__).joinpath(folder, f"{name}.json").read_text()
+    return compile_message(resources.files(__package__).joinpath(folder, f"{name}.json").read_text())
+
+
+def compile_message(text: str) -> MessageSpec:
+    """Compile one JSON definition in Kafka's message format (requests, responses, and the
+    ``"type": "data"`` records of coordinators and the metadata log)."""
     raw = json.loads(_strip_comments(text))
     structs: dict[str, StructSpec] = {}
     for common in _commons_first(raw.get("commonStructs", [])):

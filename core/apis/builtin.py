@@ -1,0 +1,42 @@
+"""Core's own Kafka APIs, contributed through ``brokkr_apis`` like any plugin's, so that a
+plugin registered later can replace any of them."""
+
+from __future__ import annotations
+
+import importlib
+
+from ..plugins import hookimpl
+from . import Api
+
+_MODULES = (
+    "produce",
+    "fetch",
+    "list_offsets",
+    "metadata",
+    "api_versions",
+    "create_topics",
+    "delete_topics",
+    "delete_records",
+    "init_producer_id",
+    "describe_configs",
+    "sasl_handshake",
+    "sasl_authenticate",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
+    "describe_acls",
+    "create_acls",
+    "delete_acls",
+    "describe_client_quotas",
+    "alter_client_quotas",
+    "incremental_alter_configs",
+    "alter_configs",
+    "create_partitions",
+    "describe_log_dirs",
+    "describe_cluster",
+    "describe_topic_partitions",
+)
+
+
+@hookimpl(trylast=True)
+def brokkr_apis() -> list[Api]:
+    return [importlib.import_module(f"{__package__}.{name}").API for name in _MODULES]

@@ -1,0 +1,79 @@
+"""FindCoordinator (key 10), versions 0-6 (Kafka's KafkaApis.handleFindCoordinatorRequest):
+the node coordinating a group (key type 0) or a transactional id (key type 1); from v4
+several keys per request, each answered on its own.
+
+A group needs DESCRIBE on it (else GROUP_AUTHORIZATION_FAILED); its coordinator is the
+leader of its ``__consumer_offsets`` partition, this node. While that topic does not exist,
+the lookup creates it and answers COORDINATOR_NOT_AVAILABLE (the client retries). A transactional id needs
+DESCRIBE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); brokkr hosts no transaction
+coordinator, so there is no ``__transaction_state`` leader and the answer is
+COORDINATOR_NOT_AVAILABLE, as Kafka answers while that topic does not exist. Other key
+types (share groups, KIP-932) answer INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from brokkr.core.apis import Api
+from brokkr.core.authorization import AclOperation, Action, ResourceType
+from brokkr.core.errors import ErrorCode
+from brokkr.core.listeners import advertised_listener
+from brokkr.core.protocol.frames import response_spec
+
+from . import group_coordinator
+from .coordinator import OFFSETS_TOPIC
+
+KEY = 10
+GROUP, TRANSACTION = 0, 1
+_R = response_spec(KEY)
+FindCoordinatorResponse = _R.cls
+Coordinator = _R.struct("Coordinator")
+
+
+def _answers(broker, ctx, key_type: int, keys: list[str]) -> list:
+    """One Coordinator per key, in order (one authorizer call for all keys)."""
+    if key_type not in (GROUP, TRANSACTION):
+        return [_failed(key, ErrorCode.INVALID_REQUEST) for key in keys]
+    resource, denied = (
+        (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        if key_type == GROUP
+        else (ResourceType.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    )
+    allowed = broker.authorize(ctx, [Action(AclOperation.DESCRIBE, resource, key) for key in keys])
+    listener = advertised_listener(broker.listeners, broker.config, ctx.listener)
+    missing = key_type == GROUP and any(allowed) and OFFSETS_TOPIC not in broker.topics
+    if missing:
+        group_coordinator(broker).create_offsets_topic()
+    answers = []
+    for key, ok in zip(keys, allowed, strict=True):
+        if not ok:
+            answers.append(_failed(key, denied))
+        elif key_type == TRANSACTION or missing:
+            answers.append(_failed(key, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        else:
+            answers.append(
+                Coordinator(key=key, node_id=broker.node_id, host=listener.host, port=listener.port, error_code=0)
+            )
+    return answers
+
+
+def _failed(key: str, code: ErrorCode) -> Coordinator:
+    return Coordinator(key=key, node_id=-1, host="", port=-1, error_code=code)
+
+
+async def handle(broker, ctx, request):
+    if ctx.api_version >= 4:
+        return FindCoordinatorResponse(coordinators=_answers(broker, ctx, request.key_type, request.coordinator_keys))
+    (answer,) = _answers(broker, ctx, request.key_type, [request.key])
+    return FindCoordinatorResponse(
+        error_code=answer.error_code, node_id=answer.node_id, host=answer.host, port=answer.port
+    )
+
+
+def error_response(request, code):
+    keys = request.coordinator_keys or []
+    return FindCoordinatorResponse(
+        error_code=code, node_id=-1, host="", port=-1, coordinators=[_failed(key, code) for key in keys]
+    )
+
+
+API = Api(KEY, 0, 6, handle, error_response)

@@ -1,0 +1,76 @@
+"""brokkr_apis: a plugin adds a Kafka API core does not serve and replaces one core
+serves, without touching core; ApiVersions advertises exactly the broker's table."""
+
+from __future__ import annotations
+
+from brokkr.core.apis import Api
+from brokkr.core.broker import Broker
+from brokkr.core.errors import ErrorCode
+from brokkr.core.plugins import hookimpl
+from brokkr.core.protocol.frames import request_spec, response_spec
+from brokkr.core.testing import RawClient
+
+API_VERSIONS, DESCRIBE_CLIENT_QUOTAS, DESCRIBE_CLUSTER = 18, 48, 60
+DescribeClusterResponse = response_spec(DESCRIBE_CLUSTER).cls
+DescribeClientQuotasResponse = response_spec(DESCRIBE_CLIENT_QUOTAS).cls
+
+
+class ClusterAndQuotas:
+    """Adds DescribeCluster v0-1 and replaces DescribeClientQuotas; keeps state on itself."""
+
+    def __init__(self):
+        self.handled: list[tuple[int, int]] = []
+
+    async def describe_cluster(self, broker, ctx, request):
+        self.handled.append((ctx.api_key, ctx.api_version))
+        return DescribeClusterResponse(
+            error_code=ErrorCode.NONE, cluster_id=broker.cluster_id, controller_id=broker.node_id, brokers=[]
+        )
+
+    async def describe_client_quotas(self, broker, ctx, request):
+        self.handled.append((ctx.api_key, ctx.api_version))
+        return DescribeClientQuotasResponse(error_code=ErrorCode.POLICY_VIOLATION, error_message="replaced")
+
+    @hookimpl
+    def brokkr_apis(self):
+        return [
+            Api(DESCRIBE_CLUSTER, 0, 1, self.describe_cluster, lambda r, code: DescribeClusterResponse(error_code=code)),
+            Api(DESCRIBE_CLIENT_QUOTAS, 0, 1, self.describe_client_quotas,
+                lambda r, code: DescribeClientQuotasResponse(error_code=code)),
+        ]
+
+
+def advertised(broker) -> dict[int, tuple[int, int]]:
+    with RawClient(broker.bootstrap_servers) as c:
+        response = c.request(API_VERSIONS, 3, request_spec(API_VERSIONS).cls(
+            client_software_name="t", client_software_version="1"))
+    return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+
+def test_a_plugin_adds_an_api_and_replaces_one(brokkr_broker_factory):
+    plugin = ClusterAndQuotas()
+    broker = brokkr_broker_factory(plugins=(plugin,))
+    apis = advertised(broker)
+    assert apis[DESCRIBE_CLUSTER] == (0, 1) and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
+    with RawClient(broker.bootstrap_servers) as c:
+        cluster = c.request(DESCRIBE_CLUSTER, 1, request_spec(DESCRIBE_CLUSTER).cls())
+        quotas = c.request(DESCRIBE_CLIENT_QUOTAS, 1, request_spec(DESCRIBE_CLIENT_QUOTAS).cls(components=[]))
+    assert cluster.error_code == ErrorCode.NONE and cluster.cluster_id == broker.broker.cluster_id
+    assert quotas.error_code == ErrorCode.POLICY_VIOLATION and quotas.error_message == "replaced"
+    assert plugin.handled == [(DESCRIBE_CLUSTER, 1), (DESCRIBE_CLIENT_QUOTAS, 1)]
+
+
+def test_without_the_plugin_the_api_is_neither_advertised_nor_served(brokkr_broker):
+    apis = advertised(brokkr_broker)
+    assert DESCRIBE_CLUSTER not in apis and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
+    with RawClient(brokkr_broker.bootstrap_servers) as c:
+        c.send(DESCRIBE_CLUSTER, 1, request_spec(DESCRIBE_CLUSTER).cls())
+        assert c.is_closed_by_peer()
+
+
+def test_core_apis_come_through_the_hook(tmp_path):
+    """With the built-in API plugin blocked, a broker serves only what other plugins add."""
+    disabled = "brokkr.core.apis.builtin,brokkr.plugins.groups"
+    broker = Broker({"brokkr.plugins.disabled": disabled, "log.dirs": str(tmp_path)},
+                    plugins=(ClusterAndQuotas(),), entry_points=False)
+    assert set(broker.apis) == {DESCRIBE_CLUSTER, DESCRIBE_CLIENT_QUOTAS}
