@@ -10,22 +10,21 @@ from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.frames import request_spec, response_spec
 from brokkr.core.testing import RawClient
 
-API_VERSIONS, DESCRIBE_CLIENT_QUOTAS, DESCRIBE_CLUSTER = 18, 48, 60
+# ListPartitionReassignments: an API core does not serve (no replication yet).
+API_VERSIONS, DESCRIBE_CLIENT_QUOTAS, DESCRIBE_CLUSTER = 18, 48, 46
 DescribeClusterResponse = response_spec(DESCRIBE_CLUSTER).cls
 DescribeClientQuotasResponse = response_spec(DESCRIBE_CLIENT_QUOTAS).cls
 
 
 class ClusterAndQuotas:
-    """Adds DescribeCluster v0-1 and replaces DescribeClientQuotas; keeps state on itself."""
+    """Adds ListPartitionReassignments v0 and replaces DescribeClientQuotas; keeps state on itself."""
 
     def __init__(self):
         self.handled: list[tuple[int, int]] = []
 
     async def describe_cluster(self, broker, ctx, request):
         self.handled.append((ctx.api_key, ctx.api_version))
-        return DescribeClusterResponse(
-            error_code=ErrorCode.NONE, cluster_id=broker.cluster_id, controller_id=broker.node_id, brokers=[]
-        )
+        return DescribeClusterResponse(error_code=ErrorCode.NONE, error_message=broker.cluster_id, topics=[])
 
     async def describe_client_quotas(self, broker, ctx, request):
         self.handled.append((ctx.api_key, ctx.api_version))
@@ -34,7 +33,7 @@ class ClusterAndQuotas:
     @hookimpl
     def brokkr_apis(self):
         return [
-            Api(DESCRIBE_CLUSTER, 0, 1, self.describe_cluster, lambda r, code: DescribeClusterResponse(error_code=code)),
+            Api(DESCRIBE_CLUSTER, 0, 0, self.describe_cluster, lambda r, code: DescribeClusterResponse(error_code=code)),
             Api(DESCRIBE_CLIENT_QUOTAS, 0, 1, self.describe_client_quotas,
                 lambda r, code: DescribeClientQuotasResponse(error_code=code)),
         ]
@@ -51,20 +50,20 @@ def test_a_plugin_adds_an_api_and_replaces_one(brokkr_broker_factory):
     plugin = ClusterAndQuotas()
     broker = brokkr_broker_factory(plugins=(plugin,))
     apis = advertised(broker)
-    assert apis[DESCRIBE_CLUSTER] == (0, 1) and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
+    assert apis[DESCRIBE_CLUSTER] == (0, 0) and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
     with RawClient(broker.bootstrap_servers) as c:
-        cluster = c.request(DESCRIBE_CLUSTER, 1, request_spec(DESCRIBE_CLUSTER).cls())
+        cluster = c.request(DESCRIBE_CLUSTER, 0, request_spec(DESCRIBE_CLUSTER).cls())
         quotas = c.request(DESCRIBE_CLIENT_QUOTAS, 1, request_spec(DESCRIBE_CLIENT_QUOTAS).cls(components=[]))
-    assert cluster.error_code == ErrorCode.NONE and cluster.cluster_id == broker.broker.cluster_id
+    assert cluster.error_code == ErrorCode.NONE and cluster.error_message == broker.broker.cluster_id
     assert quotas.error_code == ErrorCode.POLICY_VIOLATION and quotas.error_message == "replaced"
-    assert plugin.handled == [(DESCRIBE_CLUSTER, 1), (DESCRIBE_CLIENT_QUOTAS, 1)]
+    assert plugin.handled == [(DESCRIBE_CLUSTER, 0), (DESCRIBE_CLIENT_QUOTAS, 1)]
 
 
 def test_without_the_plugin_the_api_is_neither_advertised_nor_served(brokkr_broker):
     apis = advertised(brokkr_broker)
     assert DESCRIBE_CLUSTER not in apis and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
     with RawClient(brokkr_broker.bootstrap_servers) as c:
-        c.send(DESCRIBE_CLUSTER, 1, request_spec(DESCRIBE_CLUSTER).cls())
+        c.send(DESCRIBE_CLUSTER, 0, request_spec(DESCRIBE_CLUSTER).cls())
         assert c.is_closed_by_peer()
 
 
