@@ -70,6 +70,7 @@ class Broker:
         self.apis: dict[int, Api] = collect_apis(self.hook, self)  # what this broker serves (brokkr_apis)
         self.storage: Storage | None = None
         self.producer_ids: ProducerIdManager | None = None
+        self.scram_store: Any = None  # the SCRAM credentials, read when first needed (core/scram.py)
         self._server: Server | None = None
         self._stopped: asyncio.Event | None = None
         self._maintenance: asyncio.Task | None = None

@@ -21,7 +21,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -184,14 +183,12 @@ def _decode(text: str) -> dict[str, dict[ScramMechanism, ScramCredential]]:
         raise ConfigError(f"the stored SCRAM credentials ({STATE_NAME}) cannot be read: {exc}") from None
 
 
-_STORES: weakref.WeakKeyDictionary[Broker, ScramCredentials] = weakref.WeakKeyDictionary()
-
-
 def scram_credentials(broker: Broker) -> ScramCredentials:
-    """The credentials of a started broker, read from its storage once per start."""
+    """The credentials of a started broker, read from its storage once per start and kept
+    on the broker (``broker.scram_store``)."""
     if broker.storage is None:
         raise RuntimeError("the broker is not started")
-    store = _STORES.get(broker)
+    store = broker.scram_store
     if store is None or store.storage is not broker.storage:
-        store = _STORES[broker] = ScramCredentials(broker.storage)
+        store = broker.scram_store = ScramCredentials(broker.storage)
     return store

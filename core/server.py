@@ -200,6 +200,7 @@ class Server:
             client_port=int(peer[1]),
             peer_certificate=writer.get_extra_info("peercert") or None,
         )
+        log.info("%s: connection from %s:%d", conn.connection_id, conn.client_host, conn.client_port)
         config = self.broker.config
         max_bytes = config["socket.request.max.bytes"]
         idle_s = config["connections.max.idle.ms"] / 1000
@@ -260,6 +261,7 @@ class Server:
             log.exception("%s: unexpected error; closing the connection", conn.connection_id)
         finally:
             writer.close()
+            log.info("%s: closed", conn.connection_id)
 
     async def _answer(self, conn, sasl, principal, frame, reader, writer) -> tuple[bool, int]:
         """Answer one frame: (keep the connection open?, throttle time in ms). Raises

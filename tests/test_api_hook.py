@@ -33,16 +33,24 @@ class ClusterAndQuotas:
     @hookimpl
     def brokkr_apis(self):
         return [
-            Api(DESCRIBE_CLUSTER, 0, 0, self.describe_cluster, lambda r, code: DescribeClusterResponse(error_code=code)),
-            Api(DESCRIBE_CLIENT_QUOTAS, 0, 1, self.describe_client_quotas,
-                lambda r, code: DescribeClientQuotasResponse(error_code=code)),
+            Api(
+                DESCRIBE_CLUSTER, 0, 0, self.describe_cluster, lambda r, code: DescribeClusterResponse(error_code=code)
+            ),
+            Api(
+                DESCRIBE_CLIENT_QUOTAS,
+                0,
+                1,
+                self.describe_client_quotas,
+                lambda r, code: DescribeClientQuotasResponse(error_code=code),
+            ),
         ]
 
 
 def advertised(broker) -> dict[int, tuple[int, int]]:
     with RawClient(broker.bootstrap_servers) as c:
-        response = c.request(API_VERSIONS, 3, request_spec(API_VERSIONS).cls(
-            client_software_name="t", client_software_version="1"))
+        response = c.request(
+            API_VERSIONS, 3, request_spec(API_VERSIONS).cls(client_software_name="t", client_software_version="1")
+        )
     return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
 
 
@@ -70,6 +78,9 @@ def test_without_the_plugin_the_api_is_neither_advertised_nor_served(brokkr_brok
 def test_core_apis_come_through_the_hook(tmp_path):
     """With the built-in API plugin blocked, a broker serves only what other plugins add."""
     disabled = "brokkr.core.apis.builtin,brokkr.plugins.groups"
-    broker = Broker({"brokkr.plugins.disabled": disabled, "log.dirs": str(tmp_path)},
-                    plugins=(ClusterAndQuotas(),), entry_points=False)
+    broker = Broker(
+        {"brokkr.plugins.disabled": disabled, "log.dirs": str(tmp_path)},
+        plugins=(ClusterAndQuotas(),),
+        entry_points=False,
+    )
     assert set(broker.apis) == {DESCRIBE_CLUSTER, DESCRIBE_CLIENT_QUOTAS}

@@ -20,8 +20,13 @@ FindCoordinatorRequest = request_spec(FIND_COORDINATOR).cls
     "group, partition",
     # String.hashCode and Utils.abs as a JVM computes them (jshell); the fourth hashes to
     # Integer.MIN_VALUE, which Utils.abs maps to 0; the third has a surrogate pair.
-    [("test-group", 12), ("my-group", 12), ("\u00e9t\u00e9-\U0001f600", 26), ("polygenelubricants", 0),
-     ("console-consumer-1", 24)],
+    [
+        ("test-group", 12),
+        ("my-group", 12),
+        ("\u00e9t\u00e9-\U0001f600", 26),
+        ("polygenelubricants", 0),
+        ("console-consumer-1", 24),
+    ],
 )
 def test_a_group_belongs_to_the_partition_kafka_computes(group, partition):
     assert partition_for(group, 50) == partition
@@ -43,7 +48,12 @@ def test_find_coordinator_names_this_broker_for_a_group(brokkr_broker, version):
     with RawClient(brokkr_broker.bootstrap_servers) as c:
         response = c.request(FIND_COORDINATOR, version, FindCoordinatorRequest(key="g", key_type=0))
     host, port = brokkr_broker.bootstrap_servers.split(":")
-    assert (response.error_code, response.node_id, response.host, response.port) == (0, brokkr_broker.broker.node_id, host, int(port))
+    assert (response.error_code, response.node_id, response.host, response.port) == (
+        0,
+        brokkr_broker.broker.node_id,
+        host,
+        int(port),
+    )
 
 
 @pytest.mark.parametrize("version", [4, 5, 6])
@@ -68,7 +78,9 @@ class DenyGroup:
     def brokkr_authorize(self, actions):
         return [
             AuthorizationResult.DENIED
-            if a.resource_type == ResourceType.GROUP and a.resource_name == "secret" and a.operation == AclOperation.DESCRIBE
+            if a.resource_type == ResourceType.GROUP
+            and a.resource_name == "secret"
+            and a.operation == AclOperation.DESCRIBE
             else AuthorizationResult.ALLOWED
             for a in actions
         ]

@@ -71,7 +71,9 @@ def test_counters_move_by_what_was_produced_and_fetched(brokkr_broker_factory):
     size = sum(s.size for s in broker.partition("m", 0).log.segments())
     assert m[("kafka_log_log_size", (("partition", "0"), ("topic", "m")))] == size
     assert m[("kafka_server_socketservermetrics_connection_count", (("listener", "PLAINTEXT"),))] == 0
-    assert m[("brokkr_hook_calls_total", (("hook", "brokkr_after_log_append"),))] >= 5
+    hook = ("brokkr_hook_calls_total", (("hook", "brokkr_validate_records"), ("plugin", "brokkr.core.validation")))
+    assert m[hook] == 5  # the produce to a partition that does not exist is refused before validation
+    assert m[("brokkr_hook_seconds_total", hook[1])] > 0
     assert m[("tenant_widgets_total", ())] == 7
     with urllib.request.urlopen(f"http://127.0.0.1:{endpoint(broker).port}/health", timeout=10) as r:
         assert r.status == 200 and r.read() == b"serving\n"

@@ -14,7 +14,6 @@ broker throttles for the longer of the two.
 from __future__ import annotations
 
 import time
-import weakref
 
 from brokkr.core.config import ConfigDef, ConfigType
 from brokkr.core.plugins import hookimpl
@@ -45,9 +44,6 @@ def parse_rates(entries: list[str]) -> dict[str, float]:
     return rates
 
 
-_buckets: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # broker -> {prefix: Bucket}
-
-
 @hookimpl
 def brokkr_config_definitions():
     return [
@@ -61,17 +57,26 @@ def brokkr_config_definitions():
     ]
 
 
-@hookimpl
-def brokkr_broker_started(broker):
-    _buckets[broker] = {prefix: Bucket(rate) for prefix, rate in parse_rates(broker.config["fair.quota.rates"]).items()}
+class FairQuota:
+    """One broker's buckets, registered as a plugin of that broker: two brokers in one
+    process share nothing, and a broker without rates pays nothing per request."""
 
+    def __init__(self, rates: dict[str, float]):
+        self.buckets = {prefix: Bucket(rate) for prefix, rate in rates.items()}
 
-@hookimpl
-def brokkr_quota_throttle_ms(context, quota_type, amount, broker):
-    if quota_type != "produce":
+    @hookimpl
+    def brokkr_quota_throttle_ms(self, context, quota_type, amount):
+        if quota_type != "produce":
+            return None
+        client_id = context.client_id or ""
+        for prefix, bucket in self.buckets.items():
+            if client_id.startswith(prefix):
+                return bucket.take(amount)
         return None
-    client_id = context.client_id or ""
-    for prefix, bucket in _buckets.get(broker, {}).items():
-        if client_id.startswith(prefix):
-            return bucket.take(amount)
-    return None
+
+
+@hookimpl
+def brokkr_broker_starting(broker):
+    rates = parse_rates(broker.config["fair.quota.rates"])
+    if rates:
+        broker.pm.register(FairQuota(rates), name="fair-quota:buckets")

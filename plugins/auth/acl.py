@@ -213,6 +213,7 @@ def decode(entry: dict[str, str]) -> AclBinding:
 
 # -- the plugin -------------------------------------------------------------------------
 
+
 @hookimpl
 def brokkr_config_definitions():
     return [

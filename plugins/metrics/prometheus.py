@@ -17,7 +17,7 @@ operator's dashboards find them:
   and ``kafka_cluster_partition_highwatermark`` per partition,
   ``kafka_server_delayedoperationpurgatory_purgatorysize``,
   ``kafka_server_replicamanager_underreplicatedpartitions`` (0: one replica), and
-  ``brokkr_hook_calls_total``/``brokkr_hook_seconds_total`` per hook.
+  ``brokkr_hook_calls_total``/``brokkr_hook_seconds_total`` per hook and plugin.
 
 Plugins add their own collectors through ``brokkr_metrics_collectors``. With the port
 unset nothing here is registered with the broker's hooks, so the hot path pays nothing.
@@ -93,15 +93,13 @@ class BrokerMetrics:
             prefix + "totaltimems_histogram", "Request time in ms.", ["request"], buckets=LATENCY_BUCKETS, registry=r
         )
         self.errors = Counter(prefix + "errorspersec", "Errors answered, by code.", ["request", "error"], registry=r)
-        self.hook_calls: collections.Counter[str] = collections.Counter()
-        self.hook_seconds: collections.Counter[str] = collections.Counter()
-        self._started: list[float] = []  # a stack: a hook may call another
+        self.hook_calls: collections.Counter[tuple[str, str]] = collections.Counter()  # (hook, plugin)
+        self.hook_seconds: collections.Counter[tuple[str, str]] = collections.Counter()
         r.register(_Gauges(self))
         for collectors in broker.hook.brokkr_metrics_collectors(broker=broker):
             for collector in collectors or ():
                 r.register(collector)
         self._server: http.server.ThreadingHTTPServer | None = None
-        self._undo_monitoring: Any = None
 
     def start(self) -> None:
         config = self.broker.config
@@ -110,15 +108,33 @@ class BrokerMetrics:
         )
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, name="brokkr-metrics", daemon=True).start()
-        self._undo_monitoring = self.broker.pm.add_hookcall_monitoring(self._before_hook, self._after_hook)
+        self._time_hook_calls()
         log.info("metrics on http://%s:%d/metrics", config["brokkr.metrics.host"], self.port)
 
-    def _before_hook(self, hook_name, hook_impls, kwargs) -> None:
-        self._started.append(time.perf_counter())
+    def _time_hook_calls(self) -> None:
+        """Count and time every call of every plugin's hook implementations (those
+        registered by now), per hook and plugin: pluggy calls ``impl.function``, which
+        is wrapped here, so with metrics off nothing is wrapped and nothing is paid."""
+        for name in dir(self.broker.hook):
+            caller = getattr(self.broker.hook, name)
+            if not name.startswith("brokkr_") or not hasattr(caller, "get_hookimpls"):
+                continue
+            for impl in caller.get_hookimpls():
+                if impl.plugin is not self:
+                    impl.function = self._timed(impl.function, (name, impl.plugin_name))
 
-    def _after_hook(self, outcome, hook_name, hook_impls, kwargs) -> None:
-        self.hook_calls[hook_name] += 1
-        self.hook_seconds[hook_name] += time.perf_counter() - self._started.pop()
+    def _timed(self, function, key: tuple[str, str]):
+        calls, seconds, clock = self.hook_calls, self.hook_seconds, time.perf_counter
+
+        def timed(*args):
+            start = clock()
+            try:
+                return function(*args)
+            finally:
+                calls[key] += 1
+                seconds[key] += clock() - start
+
+        return timed
 
     # -- hooks (registered only when metrics are on) -----------------------------------
 
@@ -154,8 +170,6 @@ class BrokerMetrics:
 
     @hookimpl
     def brokkr_broker_stopping(self) -> None:
-        if self._undo_monitoring is not None:
-            self._undo_monitoring()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -213,11 +227,11 @@ class _Gauges:
         yield GaugeMetricFamily(
             "kafka_server_replicamanager_underreplicatedpartitions", "Under-replicated partitions (one replica: 0).", 0
         )
-        calls = CounterMetricFamily("brokkr_hook_calls", "Hook calls.", labels=["hook"])
-        seconds = CounterMetricFamily("brokkr_hook_seconds", "Time spent in hook calls.", labels=["hook"])
-        for hook, n in sorted(self.metrics.hook_calls.items()):
-            calls.add_metric([hook], n)
-            seconds.add_metric([hook], self.metrics.hook_seconds[hook])
+        calls = CounterMetricFamily("brokkr_hook_calls", "Hook implementation calls.", labels=["hook", "plugin"])
+        seconds = CounterMetricFamily("brokkr_hook_seconds", "Time in hook implementations.", labels=["hook", "plugin"])
+        for key, n in sorted(self.metrics.hook_calls.items()):
+            calls.add_metric(list(key), n)
+            seconds.add_metric(list(key), self.metrics.hook_seconds[key])
         yield from (calls, seconds)
 
 

@@ -239,6 +239,7 @@ class ClientQuotaManager:
 
 # -- the plugin ---------------------------------------------------------------------------
 
+
 @hookimpl
 def brokkr_config_definitions():
     return [
