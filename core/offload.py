@@ -87,8 +87,8 @@ class OffloadPool:
             self._classes = _codec_classes(self.codecs)
         if walk.header.codec not in self._classes or walk.target not in self._classes:
             return walk.run(self.codecs)  # a codec the workers cannot rebuild: here, as before
-        walk = attrs.evolve(walk, records=bytes(walk.records))
         async with self._slots:
+            walk = attrs.evolve(walk, records=bytes(walk.records))  # copied only once a worker is free
             loop = asyncio.get_running_loop()
             try:
                 return await loop.run_in_executor(self._executor(), _run, walk)

@@ -147,7 +147,18 @@ def prepare_batch(
             f"Invalid record in topic partition {partition.name}: {header.record_count} records cannot fit in "
             f"{room} bytes",
         )
-    return RecordWalk(records, header, target, rules, max_decompressed_size, partition.config["max.message.bytes"])
+    max_message_bytes = partition.config["max.message.bytes"]
+    # Stored uncompressed, a rebuilt batch holds at least MIN_RECORD_SIZE bytes a record:
+    # refuse one that cannot fit the topic's max.message.bytes before walking it.
+    if target == NONE_ID and header.codec != NONE_ID:
+        smallest = HEADER_SIZE + header.record_count * MIN_RECORD_SIZE
+        if smallest > max_message_bytes:
+            raise RecordsError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"Message batch size is at least {smallest} bytes in append to partition {partition.name} which "
+                f"exceeds the maximum configured size of {max_message_bytes}.",
+            )
+    return RecordWalk(records, header, target, rules, max_decompressed_size, max_message_bytes)
 
 
 @attrs.frozen

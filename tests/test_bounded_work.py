@@ -148,3 +148,19 @@ def test_walk_workers_end_when_their_broker_is_killed(served):
     while time.monotonic() < deadline and any(os.path.exists(f"/proc/{w}") for w in workers):
         time.sleep(0.2)
     assert not any(os.path.exists(f"/proc/{w}") for w in workers), "no worker outlives its broker"
+
+
+def test_a_compressed_batch_too_large_to_store_uncompressed_is_refused_before_its_walk(brokkr_broker_factory):
+    # Stored uncompressed, a million records take at least 7 MB: more than max.message.bytes
+    # allows, known from the header alone (today's main walked and rebuilt it first).
+    broker = brokkr_broker_factory({"compression.type": "uncompressed"})
+    bomb = empty_records_batch(1_000_000)
+    with RawClient(broker.bootstrap_servers, timeout=60) as c:
+        assert c.request(METADATA, 12, metadata_body("t")).topics[0].error_code == 0
+        start = time.perf_counter()
+        part = part_of(c.request(PRODUCE, 9, produce_body("t", bomb)))
+        elapsed = time.perf_counter() - start
+    assert part.error_code == ErrorCode.MESSAGE_TOO_LARGE
+    assert "at least 7000061 bytes" in part.error_message and "1048588" in part.error_message
+    assert elapsed < 1, f"answered after {elapsed:.2f} s: the batch was walked"
+    assert broker.partition("t", 0).log.log_end_offset == 0
