@@ -15,6 +15,7 @@ From synchronous code (tests, notebooks, other frameworks), in a thread of its o
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -41,6 +42,8 @@ from .sinks import retention_limit
 from .validation import ValidatedRecords
 
 log = logging.getLogger("brokkr")
+#: The storage document of the broker settings changed at run time.
+DYNAMIC_CONFIGS = "dynamic-broker-configs"
 
 
 class Broker:
@@ -91,6 +94,7 @@ class Broker:
         self.storage = self.open_storage()
         self.offload = OffloadPool(self.codecs)
         try:
+            self._load_dynamic_config()
             for stored in self.storage.load_topics():
                 self._check_stored_name(stored.name)
                 self._open_topic(stored)
@@ -222,6 +226,39 @@ class Broker:
         topic.config.replace(typed)
         self._save_catalog()
         log.info("altered the settings of topic %s: %s", name, topic.config.override_strings())
+
+    def alter_broker_config(self, scope: str, settings: Mapping[str, str], validate_only: bool = False) -> None:
+        """Make ``settings`` the dynamic broker settings of ``scope`` ("" cluster-wide, "node"
+        this broker's), at once for every topic that has no value of its own, and for good
+        (the storage document ``dynamic-broker-configs``). Raises BrokkrError: INVALID_REQUEST
+        for a setting that is not dynamic, INVALID_CONFIG for a bad value."""
+        current = dict(self.config.dynamic[scope])
+        try:
+            self.config.set_dynamic(scope, settings)
+        except ConfigError as exc:
+            code = ErrorCode.INVALID_REQUEST if "dynamically" in str(exc) else ErrorCode.INVALID_CONFIG
+            raise BrokkrError(str(exc), code) from None
+        if validate_only:
+            self.config.dynamic[scope] = current
+            self.config._resolve()
+            return
+        for topic in self.topics.values():
+            topic.config.replace(topic.config.overrides)  # the broker defaults behind it moved
+        assert self.storage is not None
+        stored = {s: {k: format_value(v) for k, v in values.items()} for s, values in self.config.dynamic.items()}
+        self.storage.write_state(DYNAMIC_CONFIGS, json.dumps(stored))
+        log.info("dynamic broker settings (%s): %s", scope or "cluster default", stored[scope])
+
+    def _load_dynamic_config(self) -> None:
+        assert self.storage is not None
+        text = self.storage.read_state(DYNAMIC_CONFIGS)
+        if not text:
+            return
+        try:
+            for scope, values in json.loads(text).items():
+                self.config.set_dynamic(scope, values)
+        except (ValueError, AttributeError, ConfigError) as exc:
+            raise ConfigError(f"the stored dynamic broker settings ({DYNAMIC_CONFIGS}) cannot be used: {exc}") from None
 
     def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
         """CreatePartitions: grow topic ``name`` to ``count`` partitions (raises BrokkrError)."""

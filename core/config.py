@@ -52,6 +52,8 @@ class ConfigSource(enum.IntEnum):
     """DescribeConfigs' ConfigSource numbers."""
 
     TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
 
@@ -372,6 +374,12 @@ def broker_synonyms(name: str) -> tuple[str, ...]:
     return SYNONYMS.get(name, (TOPIC_CONFIG_DEFS[name].synonym,))
 
 
+#: Broker settings that change at run time (IncrementalAlterConfigs/AlterConfigs on a broker
+#: resource), as Kafka's are: the log defaults behind topic settings, which every topic
+#: without its own value then follows at once.
+DYNAMIC_BROKER_CONFIGS = frozenset(s for name in TOPIC_CONFIG_DEFS for s in broker_synonyms(name) if s)
+
+
 def read_properties(path: str | Path) -> dict[str, str]:
     """Read a Java .properties file: ``key=value`` or ``key: value``, ``#``/``!`` comments,
     backslash line continuations."""
@@ -481,13 +489,38 @@ class BrokerConfig(Mapping[str, Any]):
                 self.explicit[key] = raw
                 continue
             self.explicit[key] = d.parse(raw)
+        #: Set at run time (``set_dynamic``): the cluster-wide default ("") and this broker's (its id).
+        self.dynamic: dict[str, dict[str, Any]] = {"": {}, "node": {}}
+        self._resolve()
+
+    def _resolve(self) -> None:
         self._values = {name: d.default for name, d in self.defs.items()}
         self._values.update(self.explicit)
+        self._values.update(self.dynamic[""])
+        self._values.update(self.dynamic["node"])
         if self._values["log.dir"] is not None and "log.dirs" not in self.explicit:
             self._values["log.dirs"] = [self._values["log.dir"]]
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
+
+    def set_dynamic(self, scope: str, settings: Mapping[str, str]) -> None:
+        """Replace the dynamic settings of ``scope`` ("" for the cluster-wide default, "node"
+        for this broker's own) with ``settings`` (Kafka's strings). Raises ConfigError for a
+        setting that is not dynamic or a bad value; changes nothing then."""
+        fixed = sorted(set(settings) - DYNAMIC_BROKER_CONFIGS)
+        if fixed:
+            raise ConfigError(f"Cannot update these configs dynamically: {', '.join(fixed)}")
+        parsed = {name: self.defs[name].parse(value) for name, value in settings.items()}
+        self.dynamic[scope] = parsed
+        self._resolve()
+
+    def source(self, name: str) -> ConfigSource:
+        if name in self.dynamic["node"]:
+            return ConfigSource.DYNAMIC_BROKER_CONFIG
+        if name in self.dynamic[""]:
+            return ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        return ConfigSource.STATIC_BROKER_CONFIG if name in self.explicit else ConfigSource.DEFAULT_CONFIG
 
     def __iter__(self):
         return iter(self._values)
@@ -548,9 +581,7 @@ class TopicConfig(Mapping[str, Any]):
     def source(self, name: str) -> ConfigSource:
         if name in self.overrides:
             return ConfigSource.TOPIC_CONFIG
-        if any(synonym in self.broker.explicit for synonym in broker_synonyms(name)):
-            return ConfigSource.STATIC_BROKER_CONFIG
-        return ConfigSource.DEFAULT_CONFIG
+        return min((self.broker.source(s) for s in broker_synonyms(name) if s), default=ConfigSource.DEFAULT_CONFIG)
 
 
 def format_value(value: Any) -> str | None:

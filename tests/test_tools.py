@@ -81,7 +81,7 @@ def test_configs_describe_and_alter_a_topic(brokkr_broker):
         "--entity-default",
         "--alter",
         "--add-config",
-        "log.retention.ms=1",
+        "num.partitions=3",
     )
     assert broker_side.returncode == 1 and "Cannot update these configs dynamically" in broker_side.stderr
 

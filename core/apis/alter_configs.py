@@ -6,9 +6,11 @@ answer one result per resource, in Kafka's order of checks: a resource named twi
 INVALID_REQUEST; then ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or on the
 cluster for a broker (CLUSTER_AUTHORIZATION_FAILED); then the resource itself. Topic
 settings take effect at once, for every partition, and are saved with the topic catalog;
-``validate_only`` checks everything and changes nothing. brokkr does not yet change
-broker settings at run time, so a broker resource with settings is answered as Kafka
-answers settings that are not dynamic (INVALID_REQUEST).
+``validate_only`` checks everything and changes nothing. A broker resource ("" for the
+cluster-wide default, or this broker's id) changes the dynamic broker settings
+(``config.DYNAMIC_BROKER_CONFIGS``: the log defaults behind topic settings), which every
+topic without its own value follows at once and which are kept in the storage; any other
+broker setting is answered as Kafka answers one that is not dynamic (INVALID_REQUEST).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
+from ..config import DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIG_DEFS, format_value
 from ..errors import BrokkrError, ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
@@ -28,9 +31,10 @@ AlterConfigsResponse = _R.cls
 AlterConfigsResourceResponse = _R.struct("AlterConfigsResourceResponse")
 
 
-def alter_resources(broker, ctx, request, new_overrides: Callable, response_cls, result_cls):
-    """Answer an (Incremental)AlterConfigs request. ``new_overrides(topic, resource)`` gives
-    the topic's new settings (Kafka's strings) or raises BrokkrError."""
+def alter_resources(broker, ctx, request, new_settings: Callable, response_cls, result_cls):
+    """Answer an (Incremental)AlterConfigs request. ``new_settings(current, resource, defs,
+    config)`` gives a resource's new settings (Kafka's strings) from its current ones (the
+    topic's own, or the broker's dynamic ones) or raises BrokkrError."""
     counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
     actions = []
     for r in request.resources:
@@ -58,7 +62,8 @@ def alter_resources(broker, ctx, request, new_overrides: Callable, response_cls,
                 names = Counter(c.name for c in r.configs)
                 if any(n > 1 for n in names.values()):
                     raise BrokkrError("Error due to duplicate config keys", ErrorCode.INVALID_REQUEST)
-                broker.alter_topic_config(r.resource_name, new_overrides(topic, r), request.validate_only)
+                settings = new_settings(topic.config.override_strings(), r, TOPIC_CONFIG_DEFS, topic.config)
+                broker.alter_topic_config(r.resource_name, settings, request.validate_only)
             elif r.resource_type == BROKER:
                 if not authorized:
                     raise BrokkrError("Authorization failed.", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
@@ -68,9 +73,18 @@ def alter_resources(broker, ctx, request, new_overrides: Callable, response_cls,
                         f"{r.resource_name}",
                         ErrorCode.INVALID_REQUEST,
                     )
-                if r.configs:
-                    names = ", ".join(sorted(c.name for c in r.configs))
-                    raise BrokkrError(f"Cannot update these configs dynamically: {names}", ErrorCode.INVALID_REQUEST)
+                scope = "" if r.resource_name == "" else "node"
+                current = {k: format_value(v) for k, v in broker.config.dynamic[scope].items()}
+                names = Counter(c.name for c in r.configs)
+                if any(n > 1 for n in names.values()):
+                    raise BrokkrError("Error due to duplicate config keys", ErrorCode.INVALID_REQUEST)
+                fixed = sorted(set(names) - DYNAMIC_BROKER_CONFIGS)
+                if fixed:
+                    raise BrokkrError(
+                        f"Cannot update these configs dynamically: {', '.join(fixed)}", ErrorCode.INVALID_REQUEST
+                    )
+                settings = new_settings(current, r, broker.config.defs, broker.config)
+                broker.alter_broker_config(scope, settings, request.validate_only)
             else:
                 raise BrokkrError(f"Unsupported resource type {r.resource_type}", ErrorCode.INVALID_REQUEST)
         except BrokkrError as exc:
@@ -78,7 +92,7 @@ def alter_resources(broker, ctx, request, new_overrides: Callable, response_cls,
     return response_cls(responses=results)
 
 
-def _replace(topic, resource) -> dict[str, str]:
+def _replace(current, resource, defs, config) -> dict[str, str]:
     return {c.name: c.value for c in resource.configs if c.value is not None}
 
 

@@ -4,7 +4,7 @@ and synonyms, as Kafka's ConfigHelper reports them."""
 from __future__ import annotations
 
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
-from ..config import TOPIC_CONFIG_DEFS, ConfigSource, broker_synonyms, format_value
+from ..config import DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIG_DEFS, ConfigSource, broker_synonyms, format_value
 from ..errors import ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
@@ -32,8 +32,15 @@ def _topic_entries(broker, topic, request) -> list:
                     )
                 )
             for synonym in broker_synonyms(name):
+                for scope, source in (
+                    ("node", ConfigSource.DYNAMIC_BROKER_CONFIG),
+                    ("", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+                ):
+                    if synonym in broker.config.dynamic[scope]:
+                        value = format_value(broker.config.dynamic[scope][synonym])
+                        synonyms.append(DescribeConfigsSynonym(name=synonym, value=value, source=source))
                 if synonym in broker.config.explicit:
-                    value = format_value(broker.config[synonym])
+                    value = format_value(broker.config.explicit[synonym])
                     synonyms.append(
                         DescribeConfigsSynonym(name=synonym, value=value, source=ConfigSource.STATIC_BROKER_CONFIG)
                     )
@@ -62,14 +69,14 @@ def _topic_entries(broker, topic, request) -> list:
 def _broker_entries(broker, request) -> list:
     out = []
     for name, d in sorted((n, d) for n, d in broker.config.defs.items() if not d.prefix):
-        source = ConfigSource.STATIC_BROKER_CONFIG if name in broker.config.explicit else ConfigSource.DEFAULT_CONFIG
+        source = broker.config.source(name)
         value = None if d.sensitive else format_value(broker.config[name])
         synonyms = [DescribeConfigsSynonym(name=name, value=value, source=source)] if request.include_synonyms else []
         out.append(
             DescribeConfigsResourceResult(
                 name=name,
                 value=value,
-                read_only=True,
+                read_only=name not in DYNAMIC_BROKER_CONFIGS,
                 config_source=source,
                 is_sensitive=d.sensitive,
                 synonyms=synonyms,

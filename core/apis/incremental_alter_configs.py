@@ -5,7 +5,7 @@ setting to its default."""
 
 from __future__ import annotations
 
-from ..config import TOPIC_CONFIG_DEFS, ConfigType, format_value
+from ..config import ConfigType, format_value
 from ..errors import BrokkrError, ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
@@ -18,34 +18,36 @@ IncrementalAlterConfigsResponse = _R.cls
 AlterConfigsResourceResponse = _R.struct("AlterConfigsResourceResponse")
 
 
-def _apply(topic, resource) -> dict[str, str]:
-    overrides = topic.config.override_strings()
+def _apply(current: dict[str, str], resource, defs, config) -> dict[str, str]:
+    """The resource's settings after the operations: ``current`` its own (Kafka's strings),
+    ``defs`` the definitions of the names it takes, ``config`` its effective values."""
+    settings = dict(current)
     for c in resource.configs:
-        d = TOPIC_CONFIG_DEFS.get(c.name)
+        d = defs.get(c.name)
         if d is None:
             raise BrokkrError(f"Unknown topic config name: {c.name}", ErrorCode.INVALID_CONFIG)
         if c.config_operation == SET:
             if c.value is None:
                 raise BrokkrError(f"Null value not supported for : {c.name}", ErrorCode.INVALID_REQUEST)
-            overrides[c.name] = c.value
+            settings[c.name] = c.value
         elif c.config_operation == DELETE:
-            overrides.pop(c.name, None)
+            settings.pop(c.name, None)
         elif c.config_operation in (APPEND, SUBTRACT):
             if d.type is not ConfigType.LIST:
                 verb = "append" if c.config_operation == APPEND else "subtract"
                 raise BrokkrError(
                     f"Config value {verb} is not allowed for config key: {c.name}", ErrorCode.INVALID_CONFIG
                 )
-            current = list(topic.config[c.name])
+            values = list(config[c.name] or [])
             given = [v.strip() for v in (c.value or "").split(",") if v.strip()]
             if c.config_operation == APPEND:
-                current += [v for v in given if v not in current]
+                values += [v for v in given if v not in values]
             else:
-                current = [v for v in current if v not in given]
-            overrides[c.name] = format_value(current)
+                values = [v for v in values if v not in given]
+            settings[c.name] = format_value(values)
         else:
             raise BrokkrError(f"Unknown config operation {c.config_operation}", ErrorCode.INVALID_REQUEST)
-    return overrides
+    return settings
 
 
 async def handle(broker, ctx, request):

@@ -91,8 +91,15 @@ def test_alter_configs_errors_and_validate_only(brokkr_broker, topic_name):
     assert (r.error_code, r.error_message) == (ErrorCode.INVALID_CONFIG, "Unknown topic config name: no.such.setting")
     r = send(2, topic_name, Config(name="retention.ms", config_operation=2, value="1"))
     assert r.error_code == ErrorCode.INVALID_CONFIG and "append is not allowed" in r.error_message
-    r = send(4, "", Config(name="log.retention.ms", config_operation=0, value="1"))
+    r = send(4, "", Config(name="num.partitions", config_operation=0, value="1"))
     assert r.error_code == ErrorCode.INVALID_REQUEST and "Cannot update these configs dynamically" in r.error_message
+    r = send(4, "", Config(name="log.retention.ms", config_operation=0, value="soon"))
+    assert r.error_code == ErrorCode.INVALID_CONFIG and "log.retention.ms" in r.error_message
+    r = send(4, "", Config(name="log.retention.ms", config_operation=0, value="1234567"))
+    assert r.error_code == ErrorCode.NONE and brokkr_broker.config.dynamic[""] == {"log.retention.ms": 1234567}
+    assert brokkr_broker.topics[topic_name].config.source("retention.ms") == 3  # DYNAMIC_DEFAULT_BROKER_CONFIG
+    r = send(4, "7", Config(name="log.retention.ms", config_operation=0, value="1"))
+    assert r.error_code == ErrorCode.INVALID_REQUEST, "another broker's id"
     r = send(2, topic_name, Config(name="retention.ms", config_operation=0, value="1234"), validate_only=True)
     assert r.error_code == ErrorCode.NONE and r.error_message is None
     assert brokkr_broker.topics[topic_name].config["retention.ms"] != 1234, "validate_only changes nothing"
@@ -199,3 +206,39 @@ def test_a_successful_create_topics_answers_a_null_error_message(brokkr_broker):
     with RawClient(brokkr_broker.bootstrap_servers) as c:
         [result] = c.request(19, 7, spec.cls(topics=[topic], timeout_ms=5000)).topics
     assert result.error_code == ErrorCode.NONE and result.error_message is None
+
+
+def test_dynamic_broker_defaults_reach_every_topic_at_once_and_persist(brokkr_broker_factory, tmp_path, topic_name):
+    log_dir = tmp_path / "data"
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir), "log.retention.ms": "7200000"})
+    ck_create_topic(broker.bootstrap_servers, topic_name)
+    ck_create_topic(broker.bootstrap_servers, topic_name + "-own", config={"retention.ms": "60000"})
+    admin = ck_admin(broker.bootstrap_servers)
+    resource = ConfigResource(
+        ConfigResource.Type.BROKER,
+        "0",  # this broker's own dynamic settings
+        incremental_configs=[
+            ConfigEntry("log.retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("log.segment.bytes", "20000", incremental_operation=AlterConfigOpType.SET),
+        ],
+    )
+    admin.incremental_alter_configs([resource], request_timeout=10)[resource].result(timeout=DEFAULT_TIMEOUT)
+    configs = ck_describe_topic_configs(broker.bootstrap_servers, topic_name)
+    assert configs["retention.ms"].value == "3600000"
+    assert configs["retention.ms"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert ck_describe_topic_configs(broker.bootstrap_servers, topic_name + "-own")["retention.ms"].value == "60000"
+    producer = ck_producer(broker.bootstrap_servers, **{"batch.size": 1000})
+    for i in range(40):
+        producer.produce(topic_name, key=b"k%d" % i, value=b"x" * 1000)
+        producer.poll(0)
+    ck_flush(producer)
+    assert len(broker.partition(topic_name, 0).log.segments()) > 1, "segments roll at the new default, live"
+
+    broker_resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+    described = admin.describe_configs([broker_resource], request_timeout=10)[broker_resource].result(timeout=10)
+    assert described["log.retention.ms"].value == "3600000" and not described["log.retention.ms"].is_read_only
+    assert described["num.partitions"].is_read_only
+
+    broker.stop()
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir), "log.retention.ms": "7200000"})
+    assert broker.topics[topic_name].config["retention.ms"] == 3600000, "kept across a restart, over the static value"
