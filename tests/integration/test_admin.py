@@ -130,6 +130,15 @@ def test_create_partitions_from_both_admin_clients_and_producers_see_them(brokkr
     finally:
         kp.close()
     assert len(broker.topics[topic_name].partitions) == 5
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        from kafka.admin import ConfigResource as KpConfigResource
+        from kafka.admin import ConfigResourceType
+
+        kp.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, topic_name, configs={"retention.ms": "1234"})])
+    finally:
+        kp.close()
+    assert broker.topics[topic_name].config["retention.ms"] == 1234, "kafka-python's AdminClient alters configs too"
     future = admin.create_partitions([NewPartitions(topic_name, 4)])[topic_name]
     with pytest.raises(Exception, match="higher than the requested 4"):
         future.result(timeout=DEFAULT_TIMEOUT)

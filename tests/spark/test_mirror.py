@@ -167,7 +167,7 @@ def test_sink_mirrors_exactly_once_through_a_kill(brokkr_broker_factory, tmp_pat
         {
             "log.dirs": str(logs),
             "num.partitions": "2",
-            "log.segment.bytes": "4096",
+            "log.segment.bytes": "2048",  # several segments, lz4 and zstd batches included
             "brokkr.sink.lake": str(lake),
             "brokkr.sink.spark.master": "local[2]",
             "brokkr.sink.active.interval.ms": "300",
