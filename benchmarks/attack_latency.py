@@ -30,18 +30,14 @@ import threading
 import time
 from pathlib import Path
 
-import zstandard
-
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 
 from brokkr.core.protocol.frames import encode_request  # noqa: E402
-from brokkr.core.protocol.records import build_batch, encode_batch  # noqa: E402
+from brokkr.core.protocol.records import build_batch  # noqa: E402
 from brokkr.core.testing import RawClient  # noqa: E402
 from produce import free_port, start_broker, stop_broker  # noqa: E402
-from wire import FETCH, METADATA, PRODUCE, fetch_body, metadata_body, produce_body  # noqa: E402
-
-EMPTY_RECORD = bytes([12, 0, 0, 0, 1, 1, 0])
+from wire import FETCH, METADATA, PRODUCE, empty_records_batch, fetch_body, metadata_body, produce_body  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:
@@ -49,22 +45,8 @@ def rss_mb(pid: int) -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
-def zstd_bomb(records: int) -> bytes:
-    now = int(time.time() * 1000)
-    return encode_batch(
-        zstandard.ZstdCompressor().compress(EMPTY_RECORD * records),
-        record_count=records,
-        attributes=4,
-        base_timestamp=now,
-        max_timestamp=now,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-    )
-
-
 def attack_zstd(address: str, stop: threading.Event) -> None:
-    frame = encode_request(PRODUCE, 9, 1, "attacker", produce_body("bomb", zstd_bomb(500_000)))
+    frame = encode_request(PRODUCE, 9, 1, "attacker", produce_body("bomb", empty_records_batch(500_000)))
     with RawClient(address, timeout=120) as c:
         while not stop.is_set():
             c.sock.sendall(frame)

@@ -25,18 +25,25 @@ import time
 from pathlib import Path
 
 import attrs
-import zstandard
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from brokkr.core.apis.builtin import brokkr_apis  # noqa: E402
 from brokkr.core.protocol.frames import encode_request, request_spec  # noqa: E402
-from brokkr.core.protocol.records import build_batch, encode_batch, encode_record  # noqa: E402
+from brokkr.core.protocol.records import build_batch, encode_record  # noqa: E402
 from brokkr.core.testing import RawClient  # noqa: E402
 from serve import Served  # noqa: E402
-from wire import METADATA, PRODUCE, fetch_body, metadata_body, produce_body  # noqa: E402
+from wire import (  # noqa: E402
+    METADATA,
+    PRODUCE,
+    compressed_batch,
+    empty_records_batch,
+    fetch_body,
+    metadata_body,
+    produce_body,
+)
 
-EMPTY_RECORD = bytes([12, 0, 0, 0, 1, 1, 0])
+GZIP = 1
 INTERESTING = [0, 1, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]
 
 
@@ -54,36 +61,9 @@ def seed_frames() -> list[bytes]:
     now = int(time.time() * 1000)
     batches = [
         build_batch([(b"k%d" % i, b"v" * i) for i in range(20)], timestamp=now),
-        encode_batch(
-            gzip.compress(b"".join(encode_record(i, 0, b"k", b"v" * 1000) for i in range(5))),
-            record_count=5,
-            attributes=1,
-            base_timestamp=now,
-            max_timestamp=now,
-            producer_id=-1,
-            producer_epoch=-1,
-            base_sequence=-1,
-        ),
-        encode_batch(
-            zstandard.ZstdCompressor().compress(EMPTY_RECORD * 200_000),
-            record_count=200_000,
-            attributes=4,
-            base_timestamp=now,
-            max_timestamp=now,
-            producer_id=-1,
-            producer_epoch=-1,
-            base_sequence=-1,
-        ),
-        encode_batch(  # claims two billion records
-            zstandard.ZstdCompressor().compress(EMPTY_RECORD * 1000),
-            record_count=2**31 - 1,
-            attributes=4,
-            base_timestamp=now,
-            max_timestamp=now,
-            producer_id=-1,
-            producer_epoch=-1,
-            base_sequence=-1,
-        ),
+        compressed_batch(gzip.compress(b"".join(encode_record(i, 0, b"k", b"v" * 1000) for i in range(5))), 5, GZIP),
+        empty_records_batch(200_000),
+        empty_records_batch(1000, declared=2**31 - 1),  # claims two billion records
     ]
     for b in batches:
         frames.append(encode_request(PRODUCE, 9, 1, "fuzz", produce_body("fuzz", b)))

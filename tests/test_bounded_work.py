@@ -10,30 +10,19 @@ import threading
 import time
 
 import pytest
-import zstandard
 from brokkr.core.errors import ErrorCode
-from brokkr.core.protocol.records import encode_batch
 from brokkr.core.testing import RawClient
 from serve import Served
-from wire import LIST_OFFSETS, METADATA, PRODUCE, batch, list_offsets_body, metadata_body, produce_body
-
-EMPTY_RECORD = bytes([12, 0, 0, 0, 1, 1, 0])  # length 6, attributes, timestamp and offset delta 0, null key and value
-ZSTD = 4
-
-
-def empty_records_batch(count: int, declared: int | None = None) -> bytes:
-    """A zstd batch of ``count`` empty records, every offset delta 0 (so it is rebuilt)."""
-    compressed = zstandard.ZstdCompressor().compress(EMPTY_RECORD * count)
-    return encode_batch(
-        compressed,
-        record_count=declared or count,
-        attributes=ZSTD,
-        base_timestamp=int(time.time() * 1000),
-        max_timestamp=int(time.time() * 1000),
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-    )
+from wire import (
+    LIST_OFFSETS,
+    METADATA,
+    PRODUCE,
+    batch,
+    empty_records_batch,
+    list_offsets_body,
+    metadata_body,
+    produce_body,
+)
 
 
 def rss_mb(pid: int) -> float:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
+import zstandard
 from brokkr.core.protocol.frames import request_spec
-from brokkr.core.protocol.records import build_batch
+from brokkr.core.protocol.records import build_batch, encode_batch
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
 
@@ -65,3 +68,29 @@ def init_producer_id_body(
 
 def batch(n: int = 1, timestamp: int = 1_700_000_000_000, value: bytes = b"value") -> bytes:
     return build_batch([(b"key-%d" % i, value) for i in range(n)], timestamp=timestamp)
+
+
+#: The smallest record: length 6, attributes, timestamp and offset deltas 0, null key and value.
+EMPTY_RECORD = bytes([12, 0, 0, 0, 1, 1, 0])
+ZSTD = 4
+
+
+def compressed_batch(compressed: bytes, record_count: int, codec: int) -> bytes:
+    """A batch of already compressed records (no producer id), timestamped now."""
+    now = int(time.time() * 1000)
+    return encode_batch(
+        compressed,
+        record_count=record_count,
+        attributes=codec,
+        base_timestamp=now,
+        max_timestamp=now,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+    )
+
+
+def empty_records_batch(count: int, declared: int | None = None) -> bytes:
+    """A zstd batch of ``count`` empty records (every offset delta 0, so it is rebuilt),
+    claiming ``declared`` records if given: a few hundred bytes for a million records."""
+    return compressed_batch(zstandard.ZstdCompressor().compress(EMPTY_RECORD * count), declared or count, ZSTD)

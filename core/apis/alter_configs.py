@@ -100,13 +100,21 @@ async def handle(broker, ctx, request):
     return alter_resources(broker, ctx, request, _replace, AlterConfigsResponse, AlterConfigsResourceResponse)
 
 
-def error_response(request, code):
-    return AlterConfigsResponse(
-        responses=[
-            AlterConfigsResourceResponse(error_code=code, resource_type=r.resource_type, resource_name=r.resource_name)
-            for r in request.resources
-        ]
-    )
+def error_response_of(response_cls, result_cls):
+    """The whole-request error answer of (Incremental)AlterConfigs: one result per resource."""
+
+    def error_response(request, code):
+        return response_cls(
+            responses=[
+                result_cls(error_code=code, resource_type=r.resource_type, resource_name=r.resource_name)
+                for r in request.resources
+            ]
+        )
+
+    return error_response
+
+
+error_response = error_response_of(AlterConfigsResponse, AlterConfigsResourceResponse)
 
 
 API = Api(KEY, 0, 2, handle, error_response)

@@ -20,6 +20,20 @@ def resolve_topic(broker, name: str | None, topic_id: uuid.UUID | None, by_id: b
     return topic, ErrorCode.NONE if topic else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def leadership(broker, partition: Partition) -> dict:
+    """A partition's leader and replicas as Metadata-like responses give them (one
+    replica: this broker leads every partition)."""
+    node = broker.node_id
+    return {
+        "error_code": ErrorCode.NONE,
+        "partition_index": partition.index,
+        "leader_id": node,
+        "leader_epoch": partition.leader_epoch,
+        "replica_nodes": [node],
+        "isr_nodes": [node],
+    }
+
+
 def partition_of(topic: Topic | None, index: int) -> Partition | None:
     if topic is None or not 0 <= index < len(topic.partitions):
         return None

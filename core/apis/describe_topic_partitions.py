@@ -10,7 +10,8 @@ from ..authorization import AclOperation, Action, ResourceType
 from ..errors import ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
-from .metadata import TOPIC_OPERATIONS
+from .common import leadership
+from .metadata import INTERNAL_TOPICS, TOPIC_OPERATIONS
 
 KEY = 75
 _R = response_spec(KEY)
@@ -18,7 +19,6 @@ DescribeTopicPartitionsResponse = _R.cls
 ResponseTopic = _R.struct("DescribeTopicPartitionsResponseTopic")
 ResponsePartition = _R.struct("DescribeTopicPartitionsResponsePartition")
 Cursor = _R.struct("Cursor")
-INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 
 
 async def handle(broker, ctx, request):
@@ -53,7 +53,6 @@ async def handle(broker, ctx, request):
             next_cursor = Cursor(topic_name=name, partition_index=first + budget)
             partitions = partitions[:budget]
         budget -= len(partitions)
-        node = broker.node_id
         allowed = broker.authorize(
             ctx, [Action(op, ResourceType.TOPIC, name, log_if_denied=False) for op in TOPIC_OPERATIONS]
         )
@@ -64,17 +63,7 @@ async def handle(broker, ctx, request):
                 topic_id=topic.topic_id,
                 is_internal=name in INTERNAL_TOPICS,
                 partitions=[
-                    ResponsePartition(
-                        error_code=ErrorCode.NONE,
-                        partition_index=p.index,
-                        leader_id=node,
-                        leader_epoch=p.leader_epoch,
-                        replica_nodes=[node],
-                        isr_nodes=[node],
-                        eligible_leader_replicas=[],
-                        last_known_elr=[],
-                        offline_replicas=[],
-                    )
+                    ResponsePartition(**leadership(broker, p), eligible_leader_replicas=[], last_known_elr=[])
                     for p in partitions
                 ],
                 topic_authorized_operations=sum(1 << op for op, ok in zip(TOPIC_OPERATIONS, allowed) if ok),

@@ -9,7 +9,7 @@ from ..config import ConfigType, format_value
 from ..errors import BrokkrError, ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
-from .alter_configs import alter_resources
+from .alter_configs import alter_resources, error_response_of
 
 KEY = 44
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -54,13 +54,7 @@ async def handle(broker, ctx, request):
     return alter_resources(broker, ctx, request, _apply, IncrementalAlterConfigsResponse, AlterConfigsResourceResponse)
 
 
-def error_response(request, code):
-    return IncrementalAlterConfigsResponse(
-        responses=[
-            AlterConfigsResourceResponse(error_code=code, resource_type=r.resource_type, resource_name=r.resource_name)
-            for r in request.resources
-        ]
-    )
+error_response = error_response_of(IncrementalAlterConfigsResponse, AlterConfigsResourceResponse)
 
 
 API = Api(KEY, 0, 1, handle, error_response)

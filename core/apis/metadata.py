@@ -15,7 +15,7 @@ from ..errors import BrokkrError, ErrorCode
 from ..listeners import advertised_listener
 from ..protocol.frames import response_spec
 from . import Api
-from .common import cluster_authorized_operations
+from .common import cluster_authorized_operations, leadership
 
 KEY = 3
 _R = response_spec(KEY)
@@ -41,23 +41,12 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__sha
 
 
 def _topic_response(broker, topic) -> MetadataResponseTopic:
-    node = broker.node_id
     return MetadataResponseTopic(
         error_code=ErrorCode.NONE,
         name=topic.name,
         topic_id=topic.topic_id,
         is_internal=topic.name in INTERNAL_TOPICS,
-        partitions=[
-            MetadataResponsePartition(
-                error_code=ErrorCode.NONE,
-                partition_index=p.index,
-                leader_id=node,
-                leader_epoch=p.leader_epoch,
-                replica_nodes=[node],
-                isr_nodes=[node],
-            )
-            for p in topic.partitions
-        ],
+        partitions=[MetadataResponsePartition(**leadership(broker, p)) for p in topic.partitions],
     )
 
 
