@@ -30,10 +30,12 @@ request; a SASL connection's principal comes from its exchange with one of the
 ``brokkr_sasl_mechanisms``. A response with a throttle time (the largest
 ``brokkr_quota_throttle_ms`` result) is sent at once and its connection is then not read
 for that long (KIP-219).
-Start-up hooks (``brokkr_config_definitions``, ``brokkr_codecs``, ``brokkr_open_storage``,
-``brokkr_sasl_mechanisms``) run once per broker start. Retention asks
-``brokkr_sink_mirrored_offset`` per partition, so that no sink loses a segment it has not
-mirrored.
+Start-up hooks (``brokkr_config_definitions``, ``brokkr_apis``, ``brokkr_codecs``,
+``brokkr_open_storage``, ``brokkr_broker_starting``, ``brokkr_sasl_mechanisms``) run once per
+broker start; plugins with per-broker work register their objects in
+``brokkr_broker_starting``. Retention asks ``brokkr_sink_mirrored_offset`` per partition, so
+that no sink loses a segment it has not mirrored. ``brokkr_request_completed`` observes
+every answered request, only when implemented.
 
 Rule for every hook: never called once per record. Implementations that pick an
 implementation (codecs, storage) return objects the core keeps and calls directly.
