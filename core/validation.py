@@ -185,15 +185,13 @@ class RecordWalk:
         to more than ``decompressed_cap`` bytes."""
         header, rules = self.header, self.rules
         records = memoryview(self.records)
-        if decompressed_cap is not None and decompressed_cap < self.max_decompressed_size and header.codec != NONE_ID:
-            try:
-                payload = codecs[header.codec].decompress(records[HEADER_SIZE : header.end], decompressed_cap)
-            except DecompressedSizeExceeded:
+        capped = decompressed_cap is not None and decompressed_cap < self.max_decompressed_size
+        try:
+            payload = _decompress(codecs, header, records, decompressed_cap if capped else self.max_decompressed_size)
+        except DecompressedSizeExceeded as exc:
+            if capped:
                 raise TooLargeToRunHere() from None
-            except DecompressionError as exc:
-                raise RecordsError(ErrorCode.CORRUPT_MESSAGE, f"Record batch cannot be decompressed: {exc}") from None
-        else:
-            payload = _decompress(codecs, header, records, self.max_decompressed_size)
+            raise RecordsError(ErrorCode.INVALID_RECORD, f"Record batch {exc}") from None
         if header.record_count > len(payload) // MIN_RECORD_SIZE:
             raise RecordsError(
                 ErrorCode.INVALID_RECORD,
@@ -316,14 +314,15 @@ def _check_header(partition: Partition, records: memoryview, header: BatchHeader
 def _decompress(
     codecs: dict[int, Codec], header: BatchHeader, records: memoryview, max_size: int
 ) -> bytes | memoryview:
-    """The records section, decompressed (once) within ``max_size`` bytes."""
+    """The records section, decompressed (once) within ``max_size`` bytes; raises
+    DecompressedSizeExceeded past it (the caller decides what that means)."""
     section = memoryview(records)[HEADER_SIZE : header.end]
     if header.codec == NONE_ID:
         return section
     try:
         return codecs[header.codec].decompress(section, max_size)
-    except DecompressedSizeExceeded as exc:
-        raise RecordsError(ErrorCode.INVALID_RECORD, f"Record batch {exc}") from None
+    except DecompressedSizeExceeded:
+        raise
     except DecompressionError as exc:
         raise RecordsError(ErrorCode.CORRUPT_MESSAGE, f"Record batch cannot be decompressed: {exc}") from None
 
