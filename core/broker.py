@@ -26,7 +26,7 @@ from typing import Any
 from .apis import Api, collect_apis
 from .authorization import AclOperation, Action, AuthorizationResult, ResourceType
 from .compression import collect_codecs
-from .config import BROKER_CONFIGS, BrokerConfig, format_value
+from .config import BROKER_CONFIGS, BrokerConfig, NotDynamic, format_value
 from .context import RequestContext
 from .delayed import Purgatory
 from .errors import BrokkrError, ConfigError, ErrorCode
@@ -34,7 +34,7 @@ from .listeners import configured_listeners
 from .log import AppendInfo, OffsetOutOfRange, Storage, StoredTopic
 from .offload import OffloadPool
 from .partition import CLUSTER_METADATA_TOPIC, Partition, Topic, validate_topic_name
-from .plugins import create_plugin_manager
+from .plugins import create_plugin_manager, describe_plugins
 from .producer_ids import ProducerIdManager
 from .retention import retention_offset
 from .server import Listener, Server
@@ -119,16 +119,9 @@ class Broker:
     def _log_start(self) -> None:
         """One line per loaded plugin (name, version, where from), then the settings given
         (sensitive ones masked), as Kafka logs its config at start."""
-        dists = {id(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()}
-        for name, plugin in self.pm.list_name_plugin():
-            if plugin is None:  # blocked (brokkr.plugins.disabled)
-                continue
-            dist = dists.get(id(plugin))
-            if dist is not None:
-                origin = f"{dist.project_name} {dist.version}"
-            else:
-                origin = "built in" if name.startswith("brokkr.") else "passed to Broker"
-            log.info("plugin %s (%s) from %s", name, origin, getattr(plugin, "__file__", type(plugin).__module__))
+        for name, plugin, origin, where in describe_plugins(self.pm):
+            if plugin is not None:  # else blocked (brokkr.plugins.disabled)
+                log.info("plugin %s (%s) from %s", name, origin, where)
         for name in sorted(self.config.explicit):
             d = self.config.defs.get(name)
             hidden = (d is not None and d.sensitive) or "password" in name or "jaas" in name
@@ -232,15 +225,13 @@ class Broker:
         this broker's), at once for every topic that has no value of its own, and for good
         (the storage document ``dynamic-broker-configs``). Raises BrokkrError: INVALID_REQUEST
         for a setting that is not dynamic, INVALID_CONFIG for a bad value."""
-        current = dict(self.config.dynamic[scope])
         try:
-            self.config.set_dynamic(scope, settings)
+            self.config.set_dynamic(scope, settings, validate_only)
+        except NotDynamic as exc:
+            raise BrokkrError(str(exc), ErrorCode.INVALID_REQUEST) from None
         except ConfigError as exc:
-            code = ErrorCode.INVALID_REQUEST if "dynamically" in str(exc) else ErrorCode.INVALID_CONFIG
-            raise BrokkrError(str(exc), code) from None
+            raise BrokkrError(str(exc), ErrorCode.INVALID_CONFIG) from None
         if validate_only:
-            self.config.dynamic[scope] = current
-            self.config._resolve()
             return
         for topic in self.topics.values():
             topic.config.replace(topic.config.overrides)  # the broker defaults behind it moved

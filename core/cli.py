@@ -29,14 +29,18 @@ def _keep_large_buffers_mapped() -> None:
         pass
 
 
+def _settings(args: argparse.Namespace) -> dict[str, str]:
+    """The settings of a ``server.properties`` file (``args.config``), then ``--override`` pairs."""
+    values = dict(read_properties(args.config)) if args.config else {}
+    values.update(parse_overrides(args.override or []))
+    return values
+
+
 def _serve(args: argparse.Namespace) -> int:
     from .broker import Broker
 
     _keep_large_buffers_mapped()
-    values: dict[str, str] = {}
-    if args.config:
-        values.update(read_properties(args.config))
-    values.update(parse_overrides(args.override or []))
+    values = _settings(args)
     broker = Broker(values)
     asyncio.run(broker.serve_forever())
     return 0 if broker.clean_shutdown else 1
@@ -58,10 +62,7 @@ def _scram(args: argparse.Namespace) -> int:
     the broker reads the credentials at its next start."""
     from .broker import Broker
 
-    values: dict[str, str] = {}
-    if args.config:
-        values.update(read_properties(args.config))
-    values.update(parse_overrides(args.override or []))
+    values = _settings(args)
     values.update({"listeners": "", "advertised.listeners": ""})  # open the storage, listen nowhere
     mechanisms = [ScramMechanism.from_name(name) for name in getattr(args, "mechanism", None) or ()]
     if args.action == "add":
@@ -147,20 +148,15 @@ def _plugins(args: argparse.Namespace) -> int:
     """Every plugin a broker with these settings would load: its name, where it comes from,
     the hooks it implements and the settings it declares."""
     from .broker import Broker
+    from .plugins import describe_plugins
 
-    values: dict[str, str] = {}
-    if args.config:
-        values.update(read_properties(args.config))
-    values.update(parse_overrides(args.override or []))
+    values = _settings(args)
     pm = Broker(values).pm
-    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
-    for name, plugin in pm.list_name_plugin():
+    for name, plugin, origin, where in describe_plugins(pm):
         if plugin is None:
             print(f"{name}\n  blocked by brokkr.plugins.disabled")
             continue
-        dist = dists.get(id(plugin))
-        origin = f"{dist.project_name} {dist.version}" if dist is not None else "built in"
-        print(f"{name} ({origin}) from {getattr(plugin, '__file__', type(plugin).__module__)}")
+        print(f"{name} ({origin}) from {where}")
         hooks = sorted(caller.name for caller in pm.get_hookcallers(plugin) or [])
         print(f"  hooks: {', '.join(hooks)}")
         defs = plugin.brokkr_config_definitions() if "brokkr_config_definitions" in hooks else []

@@ -380,6 +380,17 @@ def broker_synonyms(name: str) -> tuple[str, ...]:
 DYNAMIC_BROKER_CONFIGS = frozenset(s for name in TOPIC_CONFIG_DEFS for s in broker_synonyms(name) if s)
 
 
+class NotDynamic(ConfigError):
+    """A broker setting that cannot change at run time (Kafka: INVALID_REQUEST)."""
+
+
+def check_dynamic(names: Iterable[str]) -> None:
+    """Raise NotDynamic, as Kafka words it, unless every name is a dynamic broker setting."""
+    fixed = sorted(set(names) - DYNAMIC_BROKER_CONFIGS)
+    if fixed:
+        raise NotDynamic(f"Cannot update these configs dynamically: {', '.join(fixed)}")
+
+
 def read_properties(path: str | Path) -> dict[str, str]:
     """Read a Java .properties file: ``key=value`` or ``key: value``, ``#``/``!`` comments,
     backslash line continuations."""
@@ -504,16 +515,16 @@ class BrokerConfig(Mapping[str, Any]):
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
 
-    def set_dynamic(self, scope: str, settings: Mapping[str, str]) -> None:
+    def set_dynamic(self, scope: str, settings: Mapping[str, str], validate_only: bool = False) -> None:
         """Replace the dynamic settings of ``scope`` ("" for the cluster-wide default, "node"
-        for this broker's own) with ``settings`` (Kafka's strings). Raises ConfigError for a
-        setting that is not dynamic or a bad value; changes nothing then."""
-        fixed = sorted(set(settings) - DYNAMIC_BROKER_CONFIGS)
-        if fixed:
-            raise ConfigError(f"Cannot update these configs dynamically: {', '.join(fixed)}")
+        for this broker's own) with ``settings`` (Kafka's strings), unless ``validate_only``.
+        Raises NotDynamic for a setting that cannot change, ConfigError for a bad value;
+        changes nothing then."""
+        check_dynamic(settings)
         parsed = {name: self.defs[name].parse(value) for name, value in settings.items()}
-        self.dynamic[scope] = parsed
-        self._resolve()
+        if not validate_only:
+            self.dynamic[scope] = parsed
+            self._resolve()
 
     def source(self, name: str) -> ConfigSource:
         if name in self.dynamic["node"]:

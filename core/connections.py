@@ -23,8 +23,6 @@ from typing import Any
 
 from .config import listener_value, parse_ip_overrides
 
-UNLIMITED = 2**31 - 1
-
 
 class ConnectionQuotas:
     """Open connections per listener, per address and in all; one per broker."""
@@ -40,8 +38,7 @@ class ConnectionQuotas:
         self._freed = asyncio.Event()
 
     def _full(self, listener: str) -> bool:
-        limit = min(self.max_total, int(self.max_per_listener.get(listener, UNLIMITED)))
-        return self.total >= self.max_total or self.per_listener[listener] >= limit
+        return self.total >= self.max_total or self.per_listener[listener] >= self.max_per_listener[listener]
 
     async def wait_for_room(self, listener: str) -> None:
         """Return once ``listener`` may accept another connection."""

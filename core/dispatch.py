@@ -82,12 +82,15 @@ async def handle_frame_with_throttle(
     if throttle and hasattr(response, "throttle_time_ms"):
         response.throttle_time_ms = throttle
     frame = encode_response(header.api_key, version, header.correlation_id, response)
+    logged = request_log.isEnabledFor(logging.DEBUG)
+    if not broker.requests_observed and not logged:
+        return frame, throttle
+    elapsed_ms = (time.perf_counter() - start) * 1000
     if broker.requests_observed:
-        elapsed_ms = (time.perf_counter() - start) * 1000
         broker.hook.brokkr_request_completed(
             context=ctx, header=header, response=response, elapsed_ms=elapsed_ms, broker=broker
         )
-    if request_log.isEnabledFor(logging.DEBUG):
+    if logged:
         request_log.debug(
             "Completed request: %s v%d correlation %d from %s (client %s, principal %s, listener %s): %d bytes in, "
             "%d bytes out, %.3f ms, throttled %d ms",
@@ -100,7 +103,7 @@ async def handle_frame_with_throttle(
             conn.listener,
             len(frame_in),
             len(frame),
-            (time.perf_counter() - start) * 1000,
+            elapsed_ms,
             throttle,
         )
     return frame, throttle

@@ -10,7 +10,7 @@ any other plugin, under stable names, so a user can block one with
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import pluggy
 
@@ -83,3 +83,17 @@ def create_plugin_manager(
         pm.register(plugin)
     pm.check_pending()
     return pm
+
+
+def describe_plugins(pm: pluggy.PluginManager) -> Iterator[tuple[str, object | None, str, str]]:
+    """Each registered plugin as ``(name, plugin, origin, where)``: the plugin is None when
+    ``brokkr.plugins.disabled`` blocks it; the origin is its distribution and version, or
+    "built in", or "passed to Broker"; where is its file (or module)."""
+    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+    for name, plugin in pm.list_name_plugin():
+        dist = dists.get(id(plugin))
+        if dist is not None:
+            origin = f"{dist.project_name} {dist.version}"
+        else:
+            origin = "built in" if name.startswith("brokkr.") else "passed to Broker"
+        yield name, plugin, origin, getattr(plugin, "__file__", type(plugin).__module__)

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
-from ..config import DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIG_DEFS, format_value
+from ..config import TOPIC_CONFIG_DEFS, NotDynamic, check_dynamic, format_value
 from ..errors import BrokkrError, ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
@@ -78,11 +78,10 @@ def alter_resources(broker, ctx, request, new_settings: Callable, response_cls, 
                 names = Counter(c.name for c in r.configs)
                 if any(n > 1 for n in names.values()):
                     raise BrokkrError("Error due to duplicate config keys", ErrorCode.INVALID_REQUEST)
-                fixed = sorted(set(names) - DYNAMIC_BROKER_CONFIGS)
-                if fixed:
-                    raise BrokkrError(
-                        f"Cannot update these configs dynamically: {', '.join(fixed)}", ErrorCode.INVALID_REQUEST
-                    )
+                try:
+                    check_dynamic(names)  # before the operations, which would take any broker setting
+                except NotDynamic as exc:
+                    raise BrokkrError(str(exc), ErrorCode.INVALID_REQUEST) from None
                 settings = new_settings(current, r, broker.config.defs, broker.config)
                 broker.alter_broker_config(scope, settings, request.validate_only)
             else:
