@@ -60,6 +60,29 @@ def cluster_store(broker, ctx, operation: AclOperation, store_hook, missing: tup
     return (store, None) if store is not None else (None, missing)
 
 
+#: Operations reported in TopicAuthorizedOperations, as a bit field of AclOperation codes.
+TOPIC_OPERATIONS = (
+    AclOperation.READ,
+    AclOperation.WRITE,
+    AclOperation.CREATE,
+    AclOperation.DELETE,
+    AclOperation.ALTER,
+    AclOperation.DESCRIBE,
+    AclOperation.DESCRIBE_CONFIGS,
+    AclOperation.ALTER_CONFIGS,
+)
+
+
+def topic_authorized_operations(broker, ctx, names: list[str]) -> dict[str, int]:
+    """The topic operations the principal may perform on each topic, one hook call for all."""
+    actions = [Action(op, ResourceType.TOPIC, n, log_if_denied=False) for n in names for op in TOPIC_OPERATIONS]
+    allowed = iter(broker.authorize(ctx, actions))
+    out = {}
+    for n in names:
+        out[n] = sum(1 << op for op in TOPIC_OPERATIONS if next(allowed))
+    return out
+
+
 #: The operations Kafka reports in ClusterAuthorizedOperations (bits of AclOperation codes).
 CLUSTER_OPERATIONS = (
     AclOperation.CREATE,

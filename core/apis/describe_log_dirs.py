@@ -24,13 +24,13 @@ DescribeLogDirsPartition = _R.struct("DescribeLogDirsPartition")
 
 def _wanted(broker, request):
     if request.topics is None:
-        return [(t, p) for t in broker.topics.values() for p in t.partitions]
+        return [p for t in broker.topics.values() for p in t.partitions]
     out = []
     for rt in request.topics:
         topic = broker.topics.get(rt.topic)
         if topic is not None:
             out.extend(topic.partitions[i] for i in rt.partitions if 0 <= i < len(topic.partitions))
-    return [(p.topic, p) for p in out]
+    return out
 
 
 async def handle(broker, ctx, request):
@@ -38,13 +38,13 @@ async def handle(broker, ctx, request):
         return error_response(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     # A storage keeping files lists its directories as ``dirs`` (see brokkr.core.log.Storage).
     by_dir: dict[str, dict[str, list]] = {str(d): {} for d in getattr(broker.storage, "dirs", ())}
-    for topic, p in _wanted(broker, request):
+    for p in _wanted(broker, request):
         segments = p.log.segments()
         if not segments or segments[0].path is None:
             continue
         log_dir = str(Path(segments[0].path).parent.parent)
         size = sum(s.size for s in segments)
-        by_dir.setdefault(log_dir, {}).setdefault(topic.name, []).append(
+        by_dir.setdefault(log_dir, {}).setdefault(p.topic.name, []).append(
             DescribeLogDirsPartition(partition_index=p.index, partition_size=size, offset_lag=0, is_future_key=False)
         )
     results = []

@@ -10,8 +10,8 @@ from ..authorization import AclOperation, Action, ResourceType
 from ..errors import ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
-from .common import leadership
-from .metadata import INTERNAL_TOPICS, TOPIC_OPERATIONS
+from .common import leadership, topic_authorized_operations
+from .metadata import INTERNAL_TOPICS
 
 KEY = 75
 _R = response_spec(KEY)
@@ -34,9 +34,10 @@ async def handle(broker, ctx, request):
             ),
         )
     )
+    operations = topic_authorized_operations(broker, ctx, [n for n in names if describe[n] and n in broker.topics])
     budget = max(1, min(request.response_partition_limit, 2000))
     topics, next_cursor = [], None
-    for name in names:
+    for i, name in enumerate(names):
         topic = broker.topics.get(name)
         if not describe[name]:
             if named:
@@ -53,9 +54,6 @@ async def handle(broker, ctx, request):
             next_cursor = Cursor(topic_name=name, partition_index=first + budget)
             partitions = partitions[:budget]
         budget -= len(partitions)
-        allowed = broker.authorize(
-            ctx, [Action(op, ResourceType.TOPIC, name, log_if_denied=False) for op in TOPIC_OPERATIONS]
-        )
         topics.append(
             ResponseTopic(
                 error_code=ErrorCode.NONE,
@@ -66,13 +64,13 @@ async def handle(broker, ctx, request):
                     ResponsePartition(**leadership(broker, p), eligible_leader_replicas=[], last_known_elr=[])
                     for p in partitions
                 ],
-                topic_authorized_operations=sum(1 << op for op, ok in zip(TOPIC_OPERATIONS, allowed) if ok),
+                topic_authorized_operations=operations[name],
             )
         )
         if next_cursor is not None:
             break
         if budget == 0 and name != names[-1]:
-            next_cursor = Cursor(topic_name=names[names.index(name) + 1], partition_index=0)
+            next_cursor = Cursor(topic_name=names[i + 1], partition_index=0)
             break
     return DescribeTopicPartitionsResponse(topics=topics, next_cursor=next_cursor)
 

@@ -15,7 +15,7 @@ from ..errors import BrokkrError, ErrorCode
 from ..listeners import advertised_listener
 from ..protocol.frames import response_spec
 from . import Api
-from .common import cluster_authorized_operations, leadership
+from .common import cluster_authorized_operations, leadership, topic_authorized_operations
 
 KEY = 3
 _R = response_spec(KEY)
@@ -23,17 +23,6 @@ MetadataResponse = _R.cls
 MetadataResponseBroker = _R.struct("MetadataResponseBroker")
 MetadataResponseTopic = _R.struct("MetadataResponseTopic")
 MetadataResponsePartition = _R.struct("MetadataResponsePartition")
-# Operations reported in TopicAuthorizedOperations, as a bit field of AclOperation codes.
-TOPIC_OPERATIONS = (
-    AclOperation.READ,
-    AclOperation.WRITE,
-    AclOperation.CREATE,
-    AclOperation.DELETE,
-    AclOperation.ALTER,
-    AclOperation.DESCRIBE,
-    AclOperation.DESCRIBE_CONFIGS,
-    AclOperation.ALTER_CONFIGS,
-)
 
 
 #: Kafka's internal topics (org.apache.kafka.common.internals.Topic.INTERNAL_TOPICS).
@@ -48,15 +37,6 @@ def _topic_response(broker, topic) -> MetadataResponseTopic:
         is_internal=topic.name in INTERNAL_TOPICS,
         partitions=[MetadataResponsePartition(**leadership(broker, p)) for p in topic.partitions],
     )
-
-
-def _authorized_operations(broker, ctx, names: list[str]) -> dict[str, int]:
-    actions = [Action(op, ResourceType.TOPIC, n, log_if_denied=False) for n in names for op in TOPIC_OPERATIONS]
-    allowed = iter(broker.authorize(ctx, actions))
-    out = {}
-    for n in names:
-        out[n] = sum(1 << op for op in TOPIC_OPERATIONS if next(allowed))
-    return out
 
 
 async def handle(broker, ctx, request):
@@ -80,7 +60,7 @@ async def handle(broker, ctx, request):
     if v >= 8 and v <= 10 and request.include_cluster_authorized_operations:
         response.cluster_authorized_operations = cluster_authorized_operations(broker, ctx)
     if request.include_topic_authorized_operations:
-        ops = _authorized_operations(broker, ctx, [t.name for t in response.topics if not t.error_code])
+        ops = topic_authorized_operations(broker, ctx, [t.name for t in response.topics if not t.error_code])
         for t in response.topics:
             if t.name in ops:
                 t.topic_authorized_operations = ops[t.name]
