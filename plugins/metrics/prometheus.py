@@ -57,18 +57,21 @@ def brokkr_config_definitions() -> list[ConfigDef]:
     return CONFIGS
 
 
+PLUGIN_NAME = "brokkr.plugins.metrics.prometheus:metrics"
+
+
 @hookimpl
-def brokkr_broker_started(broker: Broker) -> None:
+def brokkr_broker_starting(broker: Broker) -> None:
+    """With ``brokkr.metrics.port`` set, the broker gets its own metrics, registered as a
+    plugin of that broker (before it listens, so nothing it answers goes uncounted);
+    without, nothing is registered."""
     if broker.config["brokkr.metrics.port"] is None:
         return
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
         raise ConfigError("brokkr.metrics.port needs prometheus-client: pip install 'brokkr[metrics]'") from None
-    metrics = BrokerMetrics(broker)
-    broker.pm.register(metrics, name=f"brokkr.plugins.metrics.prometheus:{id(broker)}")
-    broker.requests_observed = True
-    metrics.start()
+    broker.pm.register(BrokerMetrics(broker), name=PLUGIN_NAME)
 
 
 class BrokerMetrics:
@@ -137,6 +140,10 @@ class BrokerMetrics:
         return timed
 
     # -- hooks (registered only when metrics are on) -----------------------------------
+
+    @hookimpl
+    def brokkr_broker_started(self) -> None:
+        self.start()
 
     @hookimpl
     def brokkr_after_log_append(self, partition, info) -> None:
