@@ -193,16 +193,14 @@ class SegmentStorage:
             for key in [k for k, plog in logs.items() if plog.deleted]:
                 del logs[key]
             kept = self._unopened(d)  # their entries stay as they were read
-            points = {k: self.recovery_points[d][k] for k in kept if k in self.recovery_points[d]}
-            points.update((k, plog.recovery_point) for k, plog in logs.items())
-            files.write_offset_checkpoint(d / files.RECOVERY_POINT_CHECKPOINT, points)
+            live = logs.items()
+            recovery_points = ((k, p.recovery_point) for k, p in live)
+            _write_checkpoint(d / files.RECOVERY_POINT_CHECKPOINT, kept, self.recovery_points[d], recovery_points)
             # Kafka lists only the logs whose start is inside their first segment.
-            starts = {k: self.start_offsets[d][k] for k in kept if k in self.start_offsets[d]}
-            starts.update((k, plog.log_start_offset) for k, plog in logs.items() if plog.start_is_mid_segment)
-            files.write_offset_checkpoint(d / files.LOG_START_CHECKPOINT, starts)
-            cleaned = {k: self.cleaner_offsets[d][k] for k in kept if k in self.cleaner_offsets[d]}
-            cleaned.update((k, plog.first_dirty) for k, plog in logs.items() if plog.first_dirty)
-            files.write_offset_checkpoint(d / files.CLEANER_CHECKPOINT, cleaned)
+            starts = ((k, p.log_start_offset) for k, p in live if p.start_is_mid_segment)
+            _write_checkpoint(d / files.LOG_START_CHECKPOINT, kept, self.start_offsets[d], starts)
+            cleaned = ((k, p.first_dirty) for k, p in live if p.first_dirty)
+            _write_checkpoint(d / files.CLEANER_CHECKPOINT, kept, self.cleaner_offsets[d], cleaned)
 
     def clean_logs(self) -> None:
         """Start cleaning the compacted logs that need it (called by the broker's
@@ -217,3 +215,11 @@ class SegmentStorage:
             # A directory whose partitions were not all opened (so not all recovered) stays unclean.
             if self.clean[d] or not self._unopened(d):
                 files.write_clean_shutdown(d / files.CLEAN_SHUTDOWN)
+
+
+def _write_checkpoint(path: Path, kept: list, read: dict, live) -> None:
+    """A checkpoint of the open logs' entries (``live``), keeping the entries ``read`` at
+    start for the partitions no one opened (``kept``)."""
+    entries = {k: read[k] for k in kept if k in read}
+    entries.update(live)
+    files.write_offset_checkpoint(path, entries)
