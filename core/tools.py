@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from .client import RawClient
-from .config import parse_overrides
+from .config import ConfigSource, parse_overrides
 from .errors import ErrorCode
 from .protocol.frames import request_spec
 
@@ -23,8 +23,13 @@ METADATA, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, INC
     44,
 )
 TOPIC, BROKER = 2, 4
-DYNAMIC_TOPIC_CONFIG = 1
-SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG"}
+SOURCES = {
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+}
 
 
 class ToolError(Exception):
@@ -43,12 +48,21 @@ def _metadata(client: RawClient, topics: list[str] | None):
     return client.request(METADATA, 12, spec.cls(topics=wanted, allow_auto_topic_creation=False))
 
 
-def _topic_configs(client: RawClient, topic: str, include_defaults: bool) -> list:
+def _described_configs(client: RawClient, resource_type: int, name: str) -> list:
+    """Every config of a topic or broker, with its synonyms (DescribeConfigs v4)."""
     spec = request_spec(DESCRIBE_CONFIGS)
-    resource = spec.struct("DescribeConfigsResource")(resource_type=TOPIC, resource_name=topic, configuration_keys=None)
+    resource = spec.struct("DescribeConfigsResource")(
+        resource_type=resource_type, resource_name=name, configuration_keys=None
+    )
     [result] = client.request(DESCRIBE_CONFIGS, 4, spec.cls(resources=[resource], include_synonyms=True)).results
-    _check(result.error_code, result.error_message, f"describing the configs of topic {topic}")
-    return [c for c in result.configs if include_defaults or c.config_source == DYNAMIC_TOPIC_CONFIG]
+    what = f"topic {name}" if resource_type == TOPIC else f"broker {name or '<default>'}"
+    _check(result.error_code, result.error_message, f"describing the configs of {what}")
+    return result.configs
+
+
+def _topic_configs(client: RawClient, topic: str, include_defaults: bool) -> list:
+    configs = _described_configs(client, TOPIC, topic)
+    return [c for c in configs if include_defaults or c.config_source == ConfigSource.TOPIC_CONFIG]
 
 
 def topics(args: argparse.Namespace) -> int:
@@ -158,13 +172,8 @@ def _describe_configs(client: RawClient, resource_type: int, name: str, args: ar
         entries = _topic_configs(client, name, args.all)
         print(f"{'All' if args.all else 'Dynamic'} configs for topic {name} are:")
     else:
-        spec = request_spec(DESCRIBE_CONFIGS)
-        resource = spec.struct("DescribeConfigsResource")(
-            resource_type=BROKER, resource_name=name, configuration_keys=None
-        )
-        [result] = client.request(DESCRIBE_CONFIGS, 4, spec.cls(resources=[resource], include_synonyms=True)).results
-        _check(result.error_code, result.error_message, f"describing the configs of broker {name}")
-        entries = [c for c in result.configs if args.all or c.config_source != 5]
+        configs = _described_configs(client, BROKER, name)
+        entries = [c for c in configs if args.all or c.config_source != ConfigSource.DEFAULT_CONFIG]
         print(f"{'All' if args.all else 'Non-default'} configs for broker {name or '<default>'} are:")
     for c in entries:
         synonyms = ", ".join(f"{SOURCES.get(s.source, s.source)}:{s.name}={s.value}" for s in c.synonyms)
