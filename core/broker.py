@@ -28,7 +28,7 @@ from .authorization import AclOperation, Action, AuthorizationResult, ResourceTy
 from .compression import collect_codecs
 from .config import BROKER_CONFIGS, BrokerConfig, NotDynamic, format_value
 from .context import RequestContext
-from .delayed import Purgatory
+from .delayed import DelayedOperation, Purgatory
 from .errors import BrokkrError, ConfigError, ErrorCode
 from .listeners import configured_listeners
 from .log import AppendInfo, OffsetOutOfRange, Storage, StoredTopic
@@ -454,6 +454,21 @@ class Broker:
     def produce_complete(self, partition: Partition, required_offset: int) -> bool:
         results = self.hook.brokkr_produce_complete(partition=partition, required_offset=required_offset, broker=self)
         return all(r for r in results if r is not None)
+
+    async def wait_acknowledged(self, required: Mapping[Partition, int], timeout_ms: int) -> set[Partition]:
+        """Wait as acks=-1 does (Kafka's DelayedProduce): until ``brokkr_produce_complete``
+        agrees that each partition holds its required offset, or ``timeout_ms`` passes.
+        Returns the partitions that did not complete."""
+        pending = dict(required)
+
+        def try_complete() -> bool:
+            for partition, offset in list(pending.items()):
+                if self.produce_complete(partition, offset):
+                    del pending[partition]
+            return not pending
+
+        await self.purgatory.wait(DelayedOperation(timeout_ms, try_complete), list(required))
+        return set(pending)
 
     # -- running ------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ from brokkr.core.errors import ErrorCode
 from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.testing import RawClient
-from brokkr.plugins.groups import group_coordinator
-from brokkr.plugins.groups.coordinator import OFFSETS_TOPIC, PartitionState, partition_for
+from brokkr.plugins.groups import coordinator_of
+from brokkr.plugins.groups.coordinator import OFFSETS_TOPIC, partition_for
 
 FIND_COORDINATOR = 10
 FindCoordinatorRequest = request_spec(FIND_COORDINATOR).cls
@@ -39,7 +39,7 @@ def offsets_topic_created(broker) -> None:
     with RawClient(broker.bootstrap_servers) as c:
         first = c.request(FIND_COORDINATOR, 3, FindCoordinatorRequest(key="g", key_type=0))
     assert (first.error_code, first.node_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
-    broker.call(group_coordinator(broker.broker).wait_loaded)
+    broker.call(coordinator_of(broker.broker).wait_loaded)
 
 
 @pytest.mark.parametrize("version", range(0, 4))
@@ -110,9 +110,9 @@ def test_consumer_offsets_is_created_compacted_on_first_lookup(brokkr_broker_fac
     with RawClient(broker.bootstrap_servers) as c:
         metadata = c.request(3, 12, request_spec(3).cls(topics=None, allow_auto_topic_creation=False))
     assert [t.is_internal for t in metadata.topics if t.name == OFFSETS_TOPIC] == [True]
-    groups = group_coordinator(broker.broker)
+    groups = coordinator_of(broker.broker)
     assert groups.partition_for("test-group") == partition_for("test-group", 7)
-    assert broker.call(lambda: dict(groups.owned)) == {i: (PartitionState.LOADED, 0) for i in range(7)}
+    assert broker.call(lambda: dict(groups.owned)) == {i: (True, 0) for i in range(7)}
 
 
 def test_the_partition_count_of_an_existing_offsets_topic_wins(brokkr_broker_factory, tmp_path):
@@ -120,14 +120,14 @@ def test_the_partition_count_of_an_existing_offsets_topic_wins(brokkr_broker_fac
     offsets_topic_created(first)
     first.stop()
     again = brokkr_broker_factory({"offsets.topic.num.partitions": 50, "log.dirs": str(tmp_path)})
-    groups = group_coordinator(again.broker)
+    groups = coordinator_of(again.broker)
     again.call(groups.wait_loaded)  # taken over at start-up, since the topic exists
     assert groups.num_partitions == 3 and set(groups.owned) == {0, 1, 2}
 
 
 def test_groups_of_a_loading_partition_answer_load_in_progress_then_resign(brokkr_broker):
     offsets_topic_created(brokkr_broker)
-    groups = group_coordinator(brokkr_broker.broker)
+    groups = coordinator_of(brokkr_broker.broker)
     index = groups.partition_for("g")
 
     def take_over_again():

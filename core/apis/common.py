@@ -73,14 +73,17 @@ TOPIC_OPERATIONS = (
 )
 
 
+def authorized_operations(broker, ctx, resource_type: ResourceType, operations, names: list[str]) -> dict[str, int]:
+    """The ``operations`` the principal may perform on each named resource, as Kafka's bit
+    field of AclOperation codes (one hook call for all)."""
+    actions = [Action(op, resource_type, n, log_if_denied=False) for n in names for op in operations]
+    allowed = iter(broker.authorize(ctx, actions))
+    return {n: sum(1 << op for op in operations if next(allowed)) for n in names}
+
+
 def topic_authorized_operations(broker, ctx, names: list[str]) -> dict[str, int]:
     """The topic operations the principal may perform on each topic, one hook call for all."""
-    actions = [Action(op, ResourceType.TOPIC, n, log_if_denied=False) for n in names for op in TOPIC_OPERATIONS]
-    allowed = iter(broker.authorize(ctx, actions))
-    out = {}
-    for n in names:
-        out[n] = sum(1 << op for op in TOPIC_OPERATIONS if next(allowed))
-    return out
+    return authorized_operations(broker, ctx, ResourceType.TOPIC, TOPIC_OPERATIONS, names)
 
 
 #: The operations Kafka reports in ClusterAuthorizedOperations (bits of AclOperation codes).

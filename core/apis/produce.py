@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 
 from ..authorization import AclOperation, Action, ResourceType
-from ..delayed import DelayedOperation
 from ..errors import CloseConnection, CorruptRequest, ErrorCode
 from ..protocol.frames import response_spec
 from ..protocol.records import iter_batches_untrusted
@@ -143,17 +142,12 @@ async def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProdu
 
 
 async def _await_replication(broker, timeout_ms, waiting) -> None:
-    pending = {id(res): (p, offset, res) for p, offset, res in waiting}
-
-    def try_complete() -> bool:
-        for key, (partition, offset, _) in list(pending.items()):
-            if broker.produce_complete(partition, offset):
-                del pending[key]
-        return not pending
-
-    op = DelayedOperation(timeout_ms, try_complete)
-    if not await broker.purgatory.wait(op, {p for p, _, _ in waiting}):
-        for _, _, res in pending.values():
+    required: dict = {}
+    for partition, offset, _ in waiting:
+        required[partition] = max(offset, required.get(partition, offset))
+    incomplete = await broker.wait_acknowledged(required, timeout_ms)
+    for partition, _, res in waiting:
+        if partition in incomplete:
             res.error_code = ErrorCode.REQUEST_TIMED_OUT
             res.base_offset = -1
             res.error_message = "Timed out waiting for the write to be acknowledged (acks=-1)"

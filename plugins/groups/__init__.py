@@ -1,73 +1,137 @@
-"""The group coordinator, a built-in plugin (Kafka's GroupCoordinator and
-GroupMetadataManager).
+"""The group coordinator, a built-in plugin (Kafka's GroupCoordinator, GroupMetadataManager
+and OffsetMetadataManager).
 
 It serves its Kafka APIs through ``brokkr_apis``, so a plugin registered later can replace
 any of them, or the whole coordinator is blocked with
-``brokkr.plugins.disabled=brokkr.plugins.groups``. Its state lives on the broker it serves
-(:func:`group_coordinator`), one :class:`~brokkr.plugins.groups.coordinator.GroupCoordinator`
-per broker, which owns the groups (of either protocol) and their offsets, partitioned like
-``__consumer_offsets``.
+``brokkr.plugins.disabled=brokkr.plugins.groups``. Its state lives on the broker it serves:
+one :class:`~brokkr.plugins.groups.coordinator.GroupCoordinator` per broker, registered as
+a plugin of that broker (:func:`coordinator_of` finds it), which owns the groups and their
+offsets, partitioned like ``__consumer_offsets``.
 
-Modules: ``coordinator`` (the coordinator, partition ownership and its
-became-leader/resigned seam), ``find_coordinator`` (FindCoordinator), ``records`` (the
-``__consumer_offsets`` record formats, compiled from ``coordinator_records/``).
+Modules: ``coordinator`` (partition ownership, loading, writing and replaying records),
+``classic`` and ``classic_protocol`` (the classic group protocol's state and operations),
+``offsets`` (committed offsets and their expiry), ``records`` (the ``__consumer_offsets``
+record formats, compiled from ``coordinator_records/``), ``apis/`` (one module per API).
 """
 
 from __future__ import annotations
 
-import weakref
+import importlib
 
 from brokkr.core.config import ConfigDef, ConfigType, at_least
 from brokkr.core.plugins import hookimpl
 
 from .coordinator import OFFSETS_TOPIC, GroupCoordinator
 
-_coordinators: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+PLUGIN_NAME = "brokkr.groups.coordinator"
 
 
-def group_coordinator(broker) -> GroupCoordinator:
-    """The group coordinator of ``broker`` (created on first use)."""
-    found = _coordinators.get(broker)
-    if found is None:
-        found = _coordinators[broker] = GroupCoordinator(broker)
-    return found
+def coordinator_of(broker) -> GroupCoordinator:
+    """The group coordinator registered on ``broker``."""
+    return broker.pm.get_plugin(PLUGIN_NAME)
+
+
+CONFIGS = [
+    ConfigDef(
+        "offsets.topic.num.partitions",
+        ConfigType.INT,
+        50,
+        f"The number of partitions of {OFFSETS_TOPIC}, fixed once it exists (a group's coordinator is the "
+        "leader of partition abs(hashCode(group id)) % this).",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "offsets.topic.segment.bytes",
+        ConfigType.INT,
+        100 * 1024 * 1024,
+        f"The segment size of {OFFSETS_TOPIC}, kept small for faster compaction and loading.",
+        validator=at_least(14),  # log.segment.bytes' bound
+    ),
+    ConfigDef(
+        "offsets.commit.timeout.ms",
+        ConfigType.INT,
+        5000,
+        "How long an offset commit (or any group coordinator write) waits to be acknowledged, as acks=-1 waits.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "offsets.retention.minutes",
+        ConfigType.INT,
+        7 * 24 * 60,
+        "Committed offsets of a group are kept this long after it became empty (or, for offsets of topics its "
+        "members no longer subscribe to, after their commit).",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "offsets.retention.check.interval.ms",
+        ConfigType.INT,
+        600_000,
+        "How often expired offsets are looked for.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "offset.metadata.max.bytes",
+        ConfigType.INT,
+        4096,
+        "The largest metadata string an offset commit may carry (else OFFSET_METADATA_TOO_LARGE).",
+        validator=at_least(0),
+    ),
+    ConfigDef(
+        "group.min.session.timeout.ms",
+        ConfigType.INT,
+        6000,
+        "The smallest session timeout a classic member may ask for (else INVALID_SESSION_TIMEOUT).",
+        validator=at_least(0),
+    ),
+    ConfigDef(
+        "group.max.session.timeout.ms",
+        ConfigType.INT,
+        1_800_000,
+        "The largest session timeout a classic member may ask for (else INVALID_SESSION_TIMEOUT).",
+        validator=at_least(0),
+    ),
+    ConfigDef(
+        "group.initial.rebalance.delay.ms",
+        ConfigType.INT,
+        3000,
+        "How long a classic group leaving Empty waits for more members before its first rebalance completes "
+        "(extended while members keep joining, up to the rebalance timeout).",
+        validator=at_least(0),
+    ),
+    ConfigDef(
+        "group.max.size",
+        ConfigType.INT,
+        2**31 - 1,
+        "The most members a classic group may have (else GROUP_MAX_SIZE_REACHED).",
+        validator=at_least(1),
+    ),
+]
 
 
 @hookimpl
 def brokkr_config_definitions():
-    return [
-        ConfigDef(
-            "offsets.topic.num.partitions",
-            ConfigType.INT,
-            50,
-            f"The number of partitions of {OFFSETS_TOPIC}, fixed once it exists (a group's coordinator is the "
-            "leader of partition abs(hashCode(group id)) % this).",
-            validator=at_least(1),
-        ),
-        ConfigDef(
-            "offsets.topic.segment.bytes",
-            ConfigType.INT,
-            100 * 1024 * 1024,
-            f"The segment size of {OFFSETS_TOPIC}, kept small for faster compaction and loading.",
-            validator=at_least(14),  # log.segment.bytes' bound
-        ),
-    ]
+    return CONFIGS
 
 
 @hookimpl
 def brokkr_apis():
-    from . import find_coordinator
+    from .apis import MODULES
 
-    return [find_coordinator.API]
+    return [importlib.import_module(f"{__package__}.apis.{name}").API for name in MODULES]
+
+
+@hookimpl
+def brokkr_broker_starting(broker):
+    broker.pm.register(GroupCoordinator(broker), name=PLUGIN_NAME)
 
 
 @hookimpl
 def brokkr_broker_started(broker):
-    group_coordinator(broker).start()
+    coordinator_of(broker).start()
 
 
 @hookimpl
 def brokkr_broker_stopping(broker):
-    found = _coordinators.pop(broker, None)
-    if found is not None:
-        found.stop()
+    coordinator = coordinator_of(broker)
+    if coordinator is not None:
+        coordinator.stop()

@@ -19,8 +19,8 @@ from brokkr.core.errors import ErrorCode
 from brokkr.core.listeners import advertised_listener
 from brokkr.core.protocol.frames import response_spec
 
-from . import group_coordinator
-from .coordinator import OFFSETS_TOPIC
+from .. import coordinator_of
+from ..coordinator import OFFSETS_TOPIC
 
 KEY = 10
 GROUP, TRANSACTION = 0, 1
@@ -42,7 +42,7 @@ def _answers(broker, ctx, key_type: int, keys: list[str]) -> list:
     listener = advertised_listener(broker.listeners, broker.config, ctx.listener)
     missing = key_type == GROUP and any(allowed) and OFFSETS_TOPIC not in broker.topics
     if missing:
-        group_coordinator(broker).create_offsets_topic()
+        coordinator_of(broker).create_offsets_topic()
     answers = []
     for key, ok in zip(keys, allowed, strict=True):
         if not ok:

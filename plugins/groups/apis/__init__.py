@@ -1,0 +1,27 @@
+"""The group coordinator's Kafka APIs, one module per API (as core's own), each defining
+``API``. Group ids are authorized as Kafka's KafkaApis authorizes them: READ to join,
+sync, heartbeat, leave and commit; DESCRIBE to find the coordinator, fetch offsets,
+describe and list; DELETE to delete."""
+
+from __future__ import annotations
+
+from brokkr.core.authorization import AclOperation, Action, ResourceType
+
+MODULES = (
+    "find_coordinator",
+    "join_group",
+    "sync_group",
+    "heartbeat",
+    "leave_group",
+    "offset_commit",
+    "offset_fetch",
+    "offset_delete",
+    "list_groups",
+    "describe_groups",
+    "delete_groups",
+)
+
+
+def group_allowed(broker, ctx, operation: AclOperation, group_ids: list[str]) -> list[bool]:
+    """Whether ``operation`` is allowed on each group (one authorizer call for all)."""
+    return broker.authorize(ctx, [Action(operation, ResourceType.GROUP, g) for g in group_ids])

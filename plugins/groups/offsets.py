@@ -1,0 +1,185 @@
+"""Committed offsets (Kafka's OffsetMetadataManager): what a commit must pass, the
+OffsetCommit records it writes, and their expiry.
+
+Offsets are kept per group as ``{(topic, partition): OffsetAndMetadata}``, changed only by
+:meth:`Offsets.replay` of an OffsetCommit record (a value, or a tombstone that deletes
+it). Expiry follows ``offsets.retention.minutes`` (KIP-211): the offsets of an Empty group
+expire that long after it became Empty; a Stable consumer group's offsets of topics no
+member subscribes to, that long after their commit; an explicit retention time of
+OffsetCommit v2-4 sets the expiry itself. An Empty group left with no offsets is removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import attrs
+from brokkr.core.errors import ErrorCode
+
+from .classic import ClassicGroup, ClassicState
+from .errors import write_error
+from .records import CoordinatorRecord, encode_key, encode_value, record_spec
+
+if TYPE_CHECKING:
+    from .coordinator import GroupCoordinator
+
+log = logging.getLogger("brokkr.groups")
+
+
+@attrs.frozen
+class OffsetAndMetadata:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    #: Set only by a commit with an explicit retention time (OffsetCommit v2-4).
+    expire_timestamp: int | None = None
+
+
+def offset_key(group_id: str, topic: str, partition: int) -> bytes:
+    return encode_key(1, record_spec("OffsetCommitKey").cls(group=group_id, topic=topic, partition=partition))
+
+
+def offset_value(o: OffsetAndMetadata) -> bytes:
+    """Value version 1 when it carries an expiry, else 3, as Kafka writes them."""
+    value = record_spec("OffsetCommitValue").cls(
+        offset=o.offset,
+        leader_epoch=o.leader_epoch,
+        metadata=o.metadata,
+        commit_timestamp=o.commit_timestamp,
+        expire_timestamp=-1 if o.expire_timestamp is None else o.expire_timestamp,
+    )
+    return encode_value("OffsetCommit", 3 if o.expire_timestamp is None else 1, value)
+
+
+class Offsets:
+    """The committed offsets of the groups one coordinator has loaded."""
+
+    def __init__(self, coordinator: GroupCoordinator):
+        self.coordinator = coordinator
+        config = coordinator.broker.config
+        self.retention_ms: int = config["offsets.retention.minutes"] * 60_000
+        self.check_interval_ms: int = config["offsets.retention.check.interval.ms"]
+        self.max_metadata_bytes: int = config["offset.metadata.max.bytes"]
+        self.by_group: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+
+    def replay(self, record: CoordinatorRecord) -> None:
+        key = record.key
+        if record.value is None:
+            offsets = self.by_group.get(key.group)
+            if offsets is not None:
+                offsets.pop((key.topic, key.partition), None)
+                if not offsets:
+                    del self.by_group[key.group]
+            return
+        v = record.value
+        expire = v.expire_timestamp if record.value_version == 1 and v.expire_timestamp >= 0 else None
+        self.by_group.setdefault(key.group, {})[(key.topic, key.partition)] = OffsetAndMetadata(
+            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, expire
+        )
+
+    def get(self, group_id: str) -> dict[tuple[str, int], OffsetAndMetadata]:
+        return self.by_group.get(group_id, {})
+
+    # -- OffsetCommit -----------------------------------------------------------------
+
+    def validate_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
+        """Whether a commit may be made (Kafka's ClassicGroup.validateOffsetCommit): a commit
+        outside any group (generation < 0, no member) needs an Empty or absent group; a
+        member's commit needs its generation and a group not completing a rebalance."""
+        group = self.coordinator.groups.get(group_id)
+        if group is None:
+            return ErrorCode.NONE if generation < 0 else ErrorCode.ILLEGAL_GENERATION
+        if not isinstance(group, ClassicGroup):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.state is ClassicState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation < 0 and group.state is ClassicState.EMPTY:
+            return ErrorCode.NONE
+        if instance_id is not None and group.static_members.get(instance_id, member_id) != member_id:
+            return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.state is ClassicState.COMPLETING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    async def commit(
+        self, group_id: str, member_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata]
+    ) -> ErrorCode:
+        """Write the offsets (one batch), then apply them. A commit from a member counts as
+        its heartbeat, as in Kafka."""
+        group = self.coordinator.groups.get(group_id)
+        if group is None:
+            group = self.coordinator.add_group(ClassicGroup(group_id, state_timestamp=_now_ms()))
+        elif member_id in getattr(group, "members", {}):
+            self.coordinator.classic._schedule_expiry(group, group.members[member_id])
+        records = [(offset_key(group_id, t, p), offset_value(o)) for (t, p), o in offsets.items()]
+        error = await self.coordinator.write(group_id, records)
+        return write_error(error, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
+
+    def tombstones(self, group_id: str, partitions) -> list[tuple[bytes, None]]:
+        """Tombstones for ``partitions`` of the group's offsets (None: all of them)."""
+        committed = self.get(group_id)
+        chosen = committed if partitions is None else [tp for tp in partitions if tp in committed]
+        return [(offset_key(group_id, t, p), None) for t, p in chosen]
+
+    # -- expiry -----------------------------------------------------------------------
+
+    def expired(self, group, now_ms: int) -> list[tuple[str, int]]:
+        """The group's offsets that have expired at ``now_ms`` (KIP-211)."""
+        committed = self.get(group.group_id)
+        if not committed or not isinstance(group, ClassicGroup):
+            return []
+        subscribed: set[str] = set()
+        if group.state is ClassicState.EMPTY:
+            base = group.state_timestamp if group.protocol_type else None
+        elif group.state is ClassicState.STABLE and (topics := group.subscribed_topics()) is not None:
+            base, subscribed = None, topics
+        else:
+            return []
+        out = []
+        for (topic, partition), o in committed.items():
+            if topic in subscribed:
+                continue
+            if o.expire_timestamp is not None:
+                gone = now_ms >= o.expire_timestamp
+            else:
+                gone = now_ms - (o.commit_timestamp if base is None or base < 0 else base) >= self.retention_ms
+            if gone:
+                out.append((topic, partition))
+        return out
+
+    async def expire(self, now_ms: int | None = None) -> int:
+        """Remove expired offsets, then Empty groups left without offsets (Kafka's
+        cleanupGroupMetadata). Returns the number of offsets removed."""
+        now_ms = _now_ms() if now_ms is None else now_ms
+        removed = 0
+        for group_id, group in list(self.coordinator.groups.items()):
+            if self.coordinator.check_coordinator(group_id):
+                continue
+            gone = self.expired(group, now_ms)
+            if gone:
+                error = await self.coordinator.write(group_id, self.tombstones(group_id, gone))
+                if error:
+                    log.warning("expiring offsets of group %s failed: %s", group_id, error.name)
+                    continue
+                removed += len(gone)
+                log.info("group %s: %d offsets expired", group_id, len(gone))
+            if group.is_empty and not self.get(group_id) and group.state is ClassicState.EMPTY:
+                await self.coordinator.delete_group(group_id)
+        return removed
+
+    async def expire_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.check_interval_ms / 1000)
+            await self.expire()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
