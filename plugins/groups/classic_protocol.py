@@ -176,15 +176,15 @@ class ClassicProtocol:
             result = self._join_result(group, new, with_members=was_leader)
             result.skip_assignment = was_leader and version >= 9
             return result
-        new.join_waiter = self._loop().create_future()
+        new.join_waiter = waiter = self._loop().create_future()
         self._maybe_prepare_rebalance(group, f"static member {new.group_instance_id} rejoined")
-        return await new.join_waiter
+        return await waiter
 
     async def _add_and_rebalance(self, group: ClassicGroup, member: ClassicMember) -> JoinResult:
         group.add(member)
-        member.join_waiter = self._loop().create_future()
+        member.join_waiter = waiter = self._loop().create_future()
         self._maybe_prepare_rebalance(group, f"member {member.member_id} joined")
-        return await member.join_waiter
+        return await waiter
 
     async def _update_and_wait(self, group: ClassicGroup, member: ClassicMember, joining: ClassicMember) -> JoinResult:
         self._update(member, joining)
@@ -193,12 +193,12 @@ class ClassicProtocol:
     async def _wait_for_join(self, group: ClassicGroup, member: ClassicMember, rebalance: bool) -> JoinResult:
         if member.join_waiter is not None and not member.join_waiter.done():  # a retried join replaces the old
             member.join_waiter.set_result(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
-        member.join_waiter = self._loop().create_future()
+        member.join_waiter = waiter = self._loop().create_future()
         if rebalance:
             self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined with new metadata")
         else:
             self._check_join_complete(group)
-        return await member.join_waiter
+        return await waiter
 
     @staticmethod
     def _update(member: ClassicMember, joining: ClassicMember) -> None:
