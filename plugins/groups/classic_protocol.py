@@ -138,10 +138,10 @@ class ClassicProtocol:
             return await self._update_and_wait(group, member, joining)
         if state is ClassicState.COMPLETING_REBALANCE and member.matches(joining.protocols):
             # It missed the JoinGroup response: answer it again.
-            self._schedule_expiry(group, member)
+            self.keep_alive(group, member)
             return self._join_result(group, member)
         if state is ClassicState.STABLE and member_id != group.leader_id and member.matches(joining.protocols):
-            self._schedule_expiry(group, member)
+            self.keep_alive(group, member)
             return self._join_result(group, member, with_members=False)
         if state in (ClassicState.COMPLETING_REBALANCE, ClassicState.STABLE):
             self._update(member, joining)
@@ -170,7 +170,7 @@ class ClassicProtocol:
         if was_leader:
             group.leader_id = new.member_id
         if group.state is ClassicState.STABLE and unchanged:
-            self._schedule_expiry(group, new)
+            self.keep_alive(group, new)
             # Persist the new member id, so a restart fences the old one as well.
             self.coordinator.spawn(self.coordinator.store_group(group), f"store {group.group_id}")
             result = self._join_result(group, new, with_members=was_leader)
@@ -300,7 +300,7 @@ class ClassicProtocol:
                 if not member.join_waiter.done():
                     member.join_waiter.set_result(self._join_result(group, member))
                 member.join_waiter = None
-            self._schedule_expiry(group, member)
+            self.keep_alive(group, member)
         group.pending_sync = set(group.members)
         group.sync_timer = self._loop().call_later(
             group.rebalance_timeout_ms() / 1000, self._sync_expired, group, group.generation_id
@@ -336,14 +336,14 @@ class ClassicProtocol:
         if group.state is ClassicState.PREPARING_REBALANCE:
             return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
         if group.state is ClassicState.STABLE:
-            self._schedule_expiry(group, member)
+            self.keep_alive(group, member)
             return SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name, member.assignment)
         if group.state is not ClassicState.COMPLETING_REBALANCE:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         if member.sync_waiter is not None and not member.sync_waiter.done():
             member.sync_waiter.set_result(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         member.sync_waiter = waiter = self._loop().create_future()
-        self._schedule_expiry(group, member)
+        self.keep_alive(group, member)
         if member.member_id == group.leader_id:
             assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
             self.coordinator.spawn(self._complete_sync(group, assignments), f"sync {group.group_id}")
@@ -374,7 +374,7 @@ class ClassicProtocol:
             waiter, member.sync_waiter = member.sync_waiter, None
             if waiter is not None and not waiter.done():
                 waiter.set_result(SyncResult(error, group.protocol_type, group.protocol_name, member.assignment))
-                self._schedule_expiry(group, member)
+                self.keep_alive(group, member)
 
     # -- Heartbeat and LeaveGroup ---------------------------------------------------
 
@@ -386,7 +386,7 @@ class ClassicProtocol:
             return ErrorCode.ILLEGAL_GENERATION
         if group.state is ClassicState.EMPTY:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        self._schedule_expiry(group, group.members[request.member_id])
+        self.keep_alive(group, group.members[request.member_id])
         if group.state is ClassicState.PREPARING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
@@ -456,7 +456,8 @@ class ClassicProtocol:
         self._remove(group, member)
         self._maybe_prepare_rebalance(group, f"member {member.member_id} {reason}")
 
-    def _schedule_expiry(self, group: ClassicGroup, member: ClassicMember) -> None:
+    def keep_alive(self, group: ClassicGroup, member: ClassicMember) -> None:
+        """Restart the member's session timer (any request of the member counts)."""
         if member.expiry is not None:
             member.expiry.cancel()
         member.expiry = self._loop().call_later(
@@ -480,7 +481,7 @@ class ClassicProtocol:
     def schedule_sessions(self, group: ClassicGroup) -> None:
         """Start the session timers of a group loaded from the log."""
         for member in group.members.values():
-            self._schedule_expiry(group, member)
+            self.keep_alive(group, member)
 
     def unload(self, group: ClassicGroup, error: ErrorCode) -> None:
         """The group is no longer coordinated here: answer what waits, stop its timers."""

@@ -118,7 +118,7 @@ class Offsets:
         if group is None:
             group = self.coordinator.add_group(ClassicGroup(group_id, state_timestamp=_now_ms()))
         elif member_id in getattr(group, "members", {}):
-            self.coordinator.classic._schedule_expiry(group, group.members[member_id])
+            self.coordinator.classic.keep_alive(group, group.members[member_id])
         records = [(offset_key(group_id, t, p), offset_value(o)) for (t, p), o in offsets.items()]
         error = await self.coordinator.write(group_id, records)
         return write_error(error, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)

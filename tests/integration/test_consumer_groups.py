@@ -334,3 +334,51 @@ def test_kcat_balanced_consumer_reads_and_commits(broker, topic_name):
     assert sorted(kcat()) == [f"{i:06d}" for i in range(20)]
     produce(bootstrap, topic_name, 20, 4)
     assert sorted(kcat()) == [f"{i:06d}" for i in range(20, 24)], "the second run starts at the commits"
+
+
+def test_admin_client_lists_describes_alters_and_deletes_groups_and_offsets(broker, topic_name):
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = broker.bootstrap_servers
+    ck_create_topic(bootstrap, topic_name, partitions=2)
+    produce(bootstrap, topic_name, 0, 20)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    member = Member(bootstrap, "admin-g", topic_name)
+    try:
+        run_until([member], lambda: len(member.seen) >= 20, "20 records")
+        listed = admin.list_consumer_groups().result(DEADLINE)
+        assert [(g.group_id, g.state.name) for g in listed.valid] == [("admin-g", "STABLE")]
+        described = admin.describe_consumer_groups(["admin-g"])["admin-g"].result(DEADLINE)
+        assert described.state.name == "STABLE" and described.partition_assignor == "range"
+        (m,) = described.members
+        assert {tp.partition for tp in m.assignment.topic_partitions} == {0, 1}
+        request = [
+            ConsumerGroupTopicPartitions("admin-g", [TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)])
+        ]
+        offsets = admin.list_consumer_group_offsets(request)["admin-g"].result(DEADLINE)
+        committed = {tp.partition: tp.offset for tp in offsets.topic_partitions}
+        assert sum(committed.values()) == 20
+        busy = admin.delete_consumer_groups(["admin-g"])["admin-g"]
+        with pytest.raises(KafkaException, match="NON_EMPTY_GROUP"):
+            busy.result(DEADLINE)
+    finally:
+        member.close()
+    reset = [ConsumerGroupTopicPartitions("admin-g", [TopicPartition(topic_name, 0, 1)])]
+    admin.alter_consumer_group_offsets(reset)["admin-g"].result(DEADLINE)
+    offsets = admin.list_consumer_group_offsets(request)["admin-g"].result(DEADLINE)
+    assert {tp.partition: tp.offset for tp in offsets.topic_partitions}[0] == 1
+    import kafka.errors
+    from kafka import TopicPartition as KTP
+    from kafka.admin import KafkaAdminClient
+
+    kp_admin = KafkaAdminClient(bootstrap_servers=bootstrap)  # confluent-kafka has no OffsetDelete call
+    try:
+        result = kp_admin.delete_group_offsets("admin-g", [KTP(topic_name, 1)])
+        assert result == {KTP(topic_name, 1): kafka.errors.NoError}
+    finally:
+        kp_admin.close()
+    offsets = admin.list_consumer_group_offsets(request)["admin-g"].result(DEADLINE)
+    assert {tp.partition: tp.offset for tp in offsets.topic_partitions} == {0: 1, 1: -1001}
+    admin.delete_consumer_groups(["admin-g"])["admin-g"].result(DEADLINE)
+    assert admin.list_consumer_groups().result(DEADLINE).valid == []
