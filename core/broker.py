@@ -25,6 +25,7 @@ from typing import Any
 
 from .apis import Api, collect_apis
 from .authorization import AclOperation, Action, AuthorizationResult, ResourceType
+from .cluster import TopicAssignment
 from .compression import collect_codecs
 from .config import BROKER_CONFIGS, BrokerConfig, NotDynamic, format_value
 from .context import RequestContext
@@ -36,6 +37,7 @@ from .offload import OffloadPool
 from .partition import CLUSTER_METADATA_TOPIC, Partition, Topic, validate_topic_name
 from .plugins import create_plugin_manager, describe_plugins
 from .producer_ids import ProducerIdManager
+from .replication import ReplicaManager
 from .retention import retention_offset
 from .server import Listener, Server
 from .sinks import retention_limit
@@ -63,6 +65,10 @@ class Broker:
         defs = [d for result in self.hook.brokkr_config_definitions() for d in result]
         self.config = BrokerConfig(raw, defs)
         self.node_id: int = self.config["node.id"]
+        if self.config["broker.id"] is not None:
+            if "node.id" in self.config.explicit and self.node_id != self.config["broker.id"]:
+                raise ConfigError(f"broker.id {self.config['broker.id']} and node.id {self.node_id} differ")
+            self.node_id = self.config["broker.id"]
         self.cluster_id = str(uuid.uuid4()).replace("-", "")[:22]
         self.listeners: list[Listener] = configured_listeners(self.config)  # bad listener settings fail here
         self.topics: dict[str, Topic] = {}
@@ -72,6 +78,7 @@ class Broker:
         self.offload: OffloadPool | None = None  # record walks off the event loop (core/offload.py)
         self.apis: dict[int, Api] = collect_apis(self.hook, self)  # what this broker serves (brokkr_apis)
         self.storage: Storage | None = None
+        self.replicas: ReplicaManager | None = None  # on a cluster (core/replication.py)
         self.producer_ids: ProducerIdManager | None = None
         self.scram_store: Any = None  # the SCRAM credentials, read when first needed (core/scram.py)
         self._server: Server | None = None
@@ -95,9 +102,11 @@ class Broker:
         self.offload = OffloadPool(self.codecs)
         try:
             self._load_dynamic_config()
-            for stored in self.storage.load_topics():
-                self._check_stored_name(stored.name)
-                self._open_topic(stored)
+            membership = self.hook.brokkr_cluster_membership(broker=self)
+            if membership is None:  # alone: the storage's catalog is the list of topics
+                for stored in self.storage.load_topics():
+                    self._check_stored_name(stored.name)
+                    self._open_topic(stored)
             self.producer_ids = ProducerIdManager(self.storage, self._first_unused_producer_id())
             self.hook.brokkr_broker_starting(broker=self)
             self._stopped = asyncio.Event()
@@ -107,6 +116,13 @@ class Broker:
             self._close_storage()
             raise
         self._maintenance = asyncio.create_task(self._maintain(), name="brokkr-log-maintenance")
+        if membership is not None:  # on a cluster, topics come from the membership
+            self.replicas = ReplicaManager(self, membership)
+            try:
+                await self.replicas.start()
+            except BaseException:
+                await self.stop()
+                raise
         self._log_start()
         log.info("brokkr node %s listening on %s", self.node_id, self.bootstrap_servers)
         try:
@@ -135,6 +151,8 @@ class Broker:
         try:  # whatever fails on the way (a full disk, a plugin), the broker ends stopped
             await server.stop_accepting()
             self.hook.brokkr_broker_stopping(broker=self)
+            if self.replicas is not None:
+                await self.replicas.stop()
             self._maintenance.cancel()
             self.purgatory.expire_all()
             await server.close_connections()
@@ -151,7 +169,7 @@ class Broker:
         recovers the logs from what is on disk, and the broker still stops."""
         clean = True
         for topic in self.topics.values():
-            for p in topic.partitions:
+            for p in topic.local_partitions():
                 try:
                     p.close()
                 except OSError as exc:
@@ -269,7 +287,9 @@ class Broker:
         assert self.storage is not None
         stored = StoredTopic(name, topic.topic_id, count, topic.config.override_strings())
         for index in range(current, count):
-            topic.partitions.append(Partition(topic, index, self.storage.open_log(stored, index, topic.config)))
+            topic.partitions.append(
+                Partition(topic, index, self.storage.open_log(stored, index, topic.config), self.node_id)
+            )
         self._save_catalog()
         log.info("topic %s now has %d partitions", name, count)
 
@@ -278,16 +298,35 @@ class Broker:
         topic = Topic(stored.name, stored.topic_id, self.config.topic_config(stored.configs))
         for index in range(stored.partitions):
             plog = self.storage.open_log(stored, index, topic.config)
-            topic.partitions.append(Partition(topic, index, plog))
+            topic.partitions.append(Partition(topic, index, plog, self.node_id))
         self.topics[topic.name] = topic
         self.topics_by_id[topic.topic_id] = topic
         return topic
+
+    def open_cluster_topic(self, assignment: TopicAssignment) -> Topic:
+        """A topic of the cluster, with no local replica yet (see :meth:`open_cluster_partition`)."""
+        topic = Topic(assignment.name, assignment.topic_id, self.config.topic_config(assignment.configs))
+        topic.partitions = [None] * len(assignment.replicas)
+        self.topics[topic.name] = topic
+        self.topics_by_id[topic.topic_id] = topic
+        self._save_catalog()
+        return topic
+
+    def open_cluster_partition(self, topic: Topic, index: int) -> Partition:
+        """Open this broker's replica of a cluster topic's partition; it leads nothing
+        until the cluster's state says so."""
+        assert self.storage is not None
+        stored = StoredTopic(topic.name, topic.topic_id, len(topic.partitions), topic.config.override_strings())
+        partition = Partition(topic, index, self.storage.open_log(stored, index, topic.config), self.node_id)
+        partition.leader_id = -1
+        topic.partitions[index] = partition
+        return partition
 
     def _first_unused_producer_id(self) -> int:
         """One past the largest producer id any partition holds state for: a floor for new
         ids, so that ids written before the producer id block was (e.g. by the Kafka broker
         whose partition directories were adopted) are never handed out again."""
-        held = (pid for t in self.topics.values() for p in t.partitions for pid in p.producers.producers)
+        held = (pid for t in self.topics.values() for p in t.local_partitions() for pid in p.producers.producers)
         return max(held, default=-1) + 1
 
     def _save_catalog(self) -> None:
@@ -330,7 +369,7 @@ class Broker:
     def delete_topic(self, name: str) -> None:
         topic = self.topics.pop(name)
         del self.topics_by_id[topic.topic_id]
-        for p in topic.partitions:
+        for p in topic.local_partitions():
             p.log.delete()
         self._save_catalog()
         log.info("deleted topic %s", name)
@@ -380,7 +419,7 @@ class Broker:
         self.hook.brokkr_after_log_append(partition=partition, info=info, broker=self)
         if info.rolled is not None:
             self.hook.brokkr_segment_rolled(partition=partition, segment=info.rolled, broker=self)
-        self.advance_high_watermark(partition, partition.log.log_end_offset)
+        self.advance_high_watermark(partition, partition.high_watermark_candidate())
         return info
 
     def advance_high_watermark(self, partition: Partition, new: int) -> None:
@@ -411,7 +450,7 @@ class Broker:
         segment a sink has not mirrored yet (``brokkr_sink_mirrored_offset``)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         for topic in list(self.topics.values()):
-            for p in topic.partitions:
+            for p in topic.local_partitions():
                 segments = p.log.segments()
                 offset = retention_offset(segments, p.config, now_ms, p.high_watermark, p.log.log_start_offset)
                 if offset is not None:  # never past what a sink has not mirrored yet

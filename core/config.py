@@ -212,6 +212,33 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef("ssl.cipher.suites", LST, [], "TLS 1.2 cipher suites, OpenSSL names; empty: OpenSSL's defaults."),
     ConfigDef("node.id", I, 0, "This broker's id.", validator=at_least(0)),
+    ConfigDef(
+        "broker.id", I, None, "This broker's id in a ZooKeeper cluster (node.id's older name).", validator=at_least(0)
+    ),
+    ConfigDef(
+        "replica.lag.time.max.ms",
+        L,
+        30000,
+        "A follower not caught up with the leader's log end for this long leaves the ISR.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "replica.fetch.wait.max.ms", I, 500, "How long a follower's fetch waits for data.", validator=at_least(0)
+    ),
+    ConfigDef("replica.fetch.min.bytes", I, 1, "Bytes a follower's fetch waits for.", validator=at_least(1)),
+    ConfigDef("replica.fetch.max.bytes", I, 1048576, "Bytes a follower fetches per partition.", validator=at_least(0)),
+    ConfigDef(
+        "replica.fetch.response.max.bytes",
+        I,
+        10485760,
+        "Bytes a follower's fetch response holds.",
+        validator=at_least(0),
+    ),
+    ConfigDef("replica.fetch.backoff.ms", I, 1000, "A follower's pause after a failed fetch.", validator=at_least(0)),
+    ConfigDef(
+        "replica.socket.timeout.ms", I, 30000, "A follower's timeout on its leader's socket.", validator=at_least(1)
+    ),
+    ConfigDef("num.replica.fetchers", I, 1, "Fetchers a follower runs per leader broker.", validator=at_least(1)),
     ConfigDef("log.dirs", LST, ["./data"], "Directories holding the partition logs."),
     ConfigDef("log.dir", S, None, "The log directory when log.dirs is not set (Kafka's supplemental setting)."),
     ConfigDef("auto.create.topics.enable", B, True, "Create a topic when Metadata names an unknown one."),

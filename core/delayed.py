@@ -96,4 +96,5 @@ class Purgatory:
 
 @hookimpl(trylast=True)
 def brokkr_produce_complete(partition: Partition, required_offset: int) -> bool:
-    return partition.high_watermark >= required_offset
+    # A partition this node no longer leads completes at once (answered NOT_LEADER_OR_FOLLOWER).
+    return partition.high_watermark >= required_offset or not partition.is_leader

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from .apis import Api
     from .authorization import AclStore, Action, AuthorizationResult
     from .broker import Broker
+    from .cluster import ClusterMembership
     from .config import ConfigDef
     from .context import ConnectionInfo, Principal, RequestContext
     from .log import AppendInfo, SegmentInfo, Storage
@@ -382,6 +383,52 @@ def brokkr_open_storage(broker: Broker) -> Storage | None:
 
     :param broker: The broker (its ``config`` holds ``log.dirs`` and the log defaults).
     :return: An object satisfying :class:`brokkr.core.log.Storage`, or ``None``.
+    """
+
+
+# -------------------------------------------------------------------------
+# Cluster membership and partition leadership (replication)
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def brokkr_cluster_membership(broker: Broker) -> ClusterMembership | None:
+    """Provide the membership through which this broker joins a cluster.
+
+    Called once, when the broker starts listening. The built-in ZooKeeper plugin answers
+    when ``zookeeper.connect`` is set; with no answer the broker runs alone, leading every
+    partition. See :mod:`brokkr.core.cluster` for what a membership must do.
+
+    Stops at first non-None result.
+
+    :param broker: The broker.
+    :return: An object satisfying :class:`brokkr.core.cluster.ClusterMembership`, or ``None``.
+    """
+
+
+@hookspec
+def brokkr_became_leader(partition: Partition, broker: Broker) -> None:
+    """This broker now leads ``partition`` (at ``partition.leader_epoch``) in a cluster.
+
+    Called on the broker's event loop when the cluster makes this broker the partition's
+    leader, or leader again at a new epoch. Coordinators that keep their state in a
+    partition (the group coordinator, ``__consumer_offsets``) load it here.
+
+    :param partition: The partition.
+    :param broker: The broker.
+    """
+
+
+@hookspec
+def brokkr_became_follower(partition: Partition, broker: Broker) -> None:
+    """This broker led ``partition`` and now follows another leader: drop what was served
+    from it (coordinators unload their groups).
+
+    Called on the broker's event loop, once per loss of leadership, after the local log
+    was truncated to the high watermark.
+
+    :param partition: The partition.
+    :param broker: The broker.
     """
 
 

@@ -62,7 +62,7 @@ class Partition:
     ``producers`` is its producer state (:mod:`brokkr.core.producer_state`), rebuilt from
     the log's latest producer snapshot when the partition is opened."""
 
-    def __init__(self, topic: Topic, index: int, log: PartitionLog):
+    def __init__(self, topic: Topic, index: int, log: PartitionLog, node_id: int = 0):
         self.topic = topic
         self.index = index
         self.log = log
@@ -71,6 +71,26 @@ class Partition:
         self.bytes_appended = 0  # monotonic, lets delayed fetches count new bytes cheaply
         self.storage_error: OSError | None = None  # why appends fail, while they do
         self.producers = rebuild_producer_state(self.name, log)
+        # Replication (core/replication.py). Alone, this node is the leader, the only
+        # replica and the ISR, and the high watermark is the log end.
+        self.node_id = node_id
+        self.leader_id = node_id
+        self.replicas: tuple[int, ...] = (node_id,)
+        self.isr: tuple[int, ...] = (node_id,)
+        self.state_version = 0  # the cluster's version of this partition's state
+        #: As the leader: each follower's log end offset (its last fetch offset) and when
+        #: it was last caught up with the log end (monotonic seconds).
+        self.follower_end: dict[int, int] = {}
+        self.follower_caught_up: dict[int, float] = {}
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.node_id
+
+    def high_watermark_candidate(self) -> int:
+        """The smallest log end offset over the in-sync replicas (Kafka's high watermark rule)."""
+        end = self.log.log_end_offset
+        return min((end if r == self.node_id else self.follower_end.get(r, 0) for r in self.isr), default=end)
 
     @property
     def name(self) -> str:
@@ -147,4 +167,9 @@ class Topic:
         self.name = name
         self.topic_id = topic_id
         self.config = config
-        self.partitions: list[Partition] = []
+        #: By index; on a cluster, None for a partition this broker holds no replica of.
+        self.partitions: list[Partition | None] = []
+
+    def local_partitions(self) -> list[Partition]:
+        """The partitions this broker holds a replica of (all of them, alone)."""
+        return [p for p in self.partitions if p is not None]

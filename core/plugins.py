@@ -43,6 +43,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.plugins.sinks.spark.sink",
     "brokkr.plugins.metrics.prometheus",
     "brokkr.plugins.groups",
+    "brokkr.plugins.cluster.zookeeper",
 )
 
 #: Cannot be blocked: without them the broker cannot parse a request.

@@ -8,6 +8,7 @@ import attrs
 
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..errors import ErrorCode
+from ..listeners import advertised_listener
 from ..partition import Partition, Topic
 
 
@@ -20,24 +21,61 @@ def resolve_topic(broker, name: str | None, topic_id: uuid.UUID | None, by_id: b
     return topic, ErrorCode.NONE if topic else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def leadership(broker, partition: Partition) -> dict:
-    """A partition's leader and replicas as Metadata-like responses give them (one
-    replica: this broker leads every partition)."""
+def leadership(broker, topic: Topic, index: int) -> dict:
+    """A partition's leader and replicas as Metadata-like responses give them: alone, this
+    broker leads every partition; on a cluster, as the cluster's state says."""
     node = broker.node_id
+    if broker.replicas is None:
+        return {
+            "error_code": ErrorCode.NONE,
+            "partition_index": index,
+            "leader_id": node,
+            "leader_epoch": topic.partitions[index].leader_epoch,
+            "replica_nodes": [node],
+            "isr_nodes": [node],
+        }
+    m = broker.replicas.membership
+    assignment = m.topics().get(topic.name)
+    replicas = list(assignment.replicas.get(index, ())) if assignment else []
+    state = m.partition_state(topic.name, index)
+    live = m.brokers()
+    if state is None or state.leader < 0:
+        leader, epoch, isr, code = -1, state.leader_epoch if state else -1, [], ErrorCode.LEADER_NOT_AVAILABLE
+    else:
+        leader, epoch, isr, code = state.leader, state.leader_epoch, list(state.isr), ErrorCode.NONE
     return {
-        "error_code": ErrorCode.NONE,
-        "partition_index": partition.index,
-        "leader_id": node,
-        "leader_epoch": partition.leader_epoch,
-        "replica_nodes": [node],
-        "isr_nodes": [node],
+        "error_code": code,
+        "partition_index": index,
+        "leader_id": leader,
+        "leader_epoch": epoch,
+        "replica_nodes": replicas,
+        "isr_nodes": isr,
+        "offline_replicas": [r for r in replicas if r not in live],
     }
 
 
-def partition_of(topic: Topic | None, index: int) -> Partition | None:
+def cluster_brokers(broker, listener_name: str) -> tuple[list[tuple[int, str, int, str | None]], int]:
+    """The live brokers as a client on ``listener_name`` reaches them (id, host, port, rack),
+    and the controller's id (-1 while none)."""
+    if broker.replicas is None:
+        listener = advertised_listener(broker.listeners, broker.config, listener_name)
+        return [(broker.node_id, listener.host, listener.port, None)], broker.node_id
+    m = broker.replicas.membership
+    brokers = [
+        (b.node_id, *b.endpoint(listener_name), b.rack) for b in sorted(m.brokers().values(), key=lambda b: b.node_id)
+    ]
+    return brokers, m.controller_id if m.controller_id is not None else -1
+
+
+def partition_of(topic: Topic | None, index: int) -> tuple[Partition | None, ErrorCode]:
+    """The partition this broker leads, or the error Kafka answers: UNKNOWN_TOPIC_OR_PARTITION
+    for no such partition, NOT_LEADER_OR_FOLLOWER when another broker leads it."""
     if topic is None or not 0 <= index < len(topic.partitions):
-        return None
-    return topic.partitions[index]
+        return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    partition = topic.partitions[index]
+    if partition is None or not partition.is_leader:
+        return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return partition, ErrorCode.NONE
 
 
 def leader_epoch_error(partition: Partition, current_leader_epoch: int) -> ErrorCode:

@@ -17,9 +17,12 @@ CreatableTopicResult = _R.struct("CreatableTopicResult")
 CreatableTopicConfigs = _R.struct("CreatableTopicConfigs")
 
 
-def _check(broker, t) -> tuple[int, dict]:
-    """Validate one creatable topic; returns (partitions, config overrides) or raises."""
+def _check(broker, t) -> tuple[int, dict, int, dict[int, tuple[int, ...]] | None]:
+    """Validate one creatable topic; returns (partitions, config overrides, replication
+    factor, explicit replica assignment or None) or raises."""
     broker.check_new_topic_name(t.name)
+    live = set(broker.replicas.membership.brokers()) if broker.replicas is not None else {broker.node_id}
+    assignment = None
     if t.assignments:
         if t.num_partitions != -1 or t.replication_factor != -1:
             raise BrokkrError(
@@ -32,14 +35,20 @@ def _check(broker, t) -> tuple[int, dict]:
             raise BrokkrError(
                 "Partitions should be a consecutive 0-based integer sequence", ErrorCode.INVALID_REPLICA_ASSIGNMENT
             )
+        assignment = {}
         for a in t.assignments:
-            if a.broker_ids != [broker.node_id]:
+            if not a.broker_ids or len(set(a.broker_ids)) != len(a.broker_ids) or not set(a.broker_ids) <= live:
                 raise BrokkrError(
-                    f"Replica assignment {a.broker_ids} for partition {a.partition_index} names brokers other than "
-                    f"the one registered ({broker.node_id})",
+                    f"Replica assignment {a.broker_ids} for partition {a.partition_index} is empty, repeats a broker "
+                    f"or names brokers other than those registered ({sorted(live)})",
                     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 )
-        partitions = len(indexes)
+            assignment[a.partition_index] = tuple(a.broker_ids)
+        if len({len(r) for r in assignment.values()}) != 1:
+            raise BrokkrError(
+                "All partitions should have the same number of replicas", ErrorCode.INVALID_REPLICA_ASSIGNMENT
+            )
+        partitions, rf = len(indexes), len(assignment[0])
     else:
         partitions = broker.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
         if partitions <= 0:
@@ -49,17 +58,17 @@ def _check(broker, t) -> tuple[int, dict]:
         rf = broker.config["default.replication.factor"] if t.replication_factor == -1 else t.replication_factor
         if rf <= 0:
             raise BrokkrError("Replication factor must be larger than 0.", ErrorCode.INVALID_REPLICATION_FACTOR)
-        if rf > 1:
+        if rf > len(live):
             raise BrokkrError(
                 f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be "
-                "reached because only 1 broker(s) are registered.",
+                f"reached because only {len(live)} broker(s) are registered.",
                 ErrorCode.INVALID_REPLICATION_FACTOR,
             )
     try:
         overrides = validate_topic_overrides({c.name: c.value for c in t.configs if c.value is not None})
     except ConfigError as exc:
         raise BrokkrError(str(exc), ErrorCode.INVALID_CONFIG) from None
-    return partitions, overrides
+    return partitions, overrides, rf, assignment
 
 
 async def handle(broker, ctx, request):
@@ -90,10 +99,13 @@ async def handle(broker, ctx, request):
             res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
             continue
         try:
-            partitions, overrides = _check(broker, t)
+            partitions, overrides, rf, assignment = _check(broker, t)
             if request.validate_only:
                 config = broker.config.topic_config(overrides)
                 topic_id = None
+            elif broker.replicas is not None:
+                created = await broker.replicas.create_topic(t.name, partitions, rf, overrides, assignment)
+                config, topic_id = broker.config.topic_config(created.configs), created.topic_id
             else:
                 topic = broker.create_topic(t.name, partitions, overrides)
                 config, topic_id = topic.config, topic.topic_id
@@ -103,7 +115,7 @@ async def handle(broker, ctx, request):
         if topic_id is not None:
             res.topic_id = topic_id
         res.num_partitions = partitions
-        res.replication_factor = 1
+        res.replication_factor = rf
         res.configs = [
             CreatableTopicConfigs(
                 name=name,

@@ -28,11 +28,11 @@ async def handle(broker, ctx, request):
         topic = broker.topics.get(t.name)
         partitions = []
         for p in t.partitions:
-            partition = partition_of(topic, p.partition_index)
+            partition, missing = partition_of(topic, p.partition_index)
             if not allowed[t.name]:
                 res = _result(p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             elif partition is None:
-                res = _result(p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                res = _result(p.partition_index, missing)
             elif "delete" not in partition.config["cleanup.policy"]:
                 res = _result(p.partition_index, ErrorCode.POLICY_VIOLATION)
             else:

@@ -47,7 +47,10 @@ async def handle(broker, ctx, request):
             res.error_code, res.error_message = ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled."
         else:
             res.topic_id = topic.topic_id
-            broker.delete_topic(res.name)
+            if broker.replicas is not None:  # every replica goes once the cluster drops the topic
+                await broker.replicas.membership.delete_topic(res.name)
+            else:
+                broker.delete_topic(res.name)
     return DeleteTopicsResponse(responses=results)
 
 

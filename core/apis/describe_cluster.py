@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..errors import ErrorCode
-from ..listeners import advertised_listener
 from ..protocol.frames import response_spec
 from . import Api
-from .common import cluster_authorized_operations
+from .common import cluster_authorized_operations, cluster_brokers
 
 KEY = 60
 BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2  # EndpointType
@@ -34,13 +33,13 @@ async def handle(broker, ctx, request):
         )
     if not broker.authorize(ctx, [Action(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)])[0]:
         return error_response(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    listener = advertised_listener(broker.listeners, broker.config, ctx.listener)
+    brokers, controller = cluster_brokers(broker, ctx.listener)
     response = DescribeClusterResponse(
         error_code=ErrorCode.NONE,
         error_message=None,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
-        brokers=[DescribeClusterBroker(broker_id=broker.node_id, host=listener.host, port=listener.port, rack=None)],
+        controller_id=controller,
+        brokers=[DescribeClusterBroker(broker_id=n, host=h, port=p, rack=r) for n, h, p, r in brokers],
     )
     if request.include_cluster_authorized_operations:
         response.cluster_authorized_operations = cluster_authorized_operations(broker, ctx)

@@ -49,7 +49,7 @@ async def handle(broker, ctx, request):
         first = (
             request.cursor.partition_index if request.cursor is not None and name == request.cursor.topic_name else 0
         )
-        partitions = topic.partitions[first:]
+        partitions = list(range(len(topic.partitions)))[first:]
         if len(partitions) > budget:
             next_cursor = Cursor(topic_name=name, partition_index=first + budget)
             partitions = partitions[:budget]
@@ -61,8 +61,8 @@ async def handle(broker, ctx, request):
                 topic_id=topic.topic_id,
                 is_internal=name in INTERNAL_TOPICS,
                 partitions=[
-                    ResponsePartition(**leadership(broker, p), eligible_leader_replicas=[], last_known_elr=[])
-                    for p in partitions
+                    ResponsePartition(**leadership(broker, topic, i), eligible_leader_replicas=[], last_known_elr=[])
+                    for i in partitions
                 ],
                 topic_authorized_operations=operations[name],
             )

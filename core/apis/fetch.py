@@ -12,7 +12,7 @@ clients to send full fetch requests, as Kafka does when its session cache is ful
 
 from __future__ import annotations
 
-from ..authorization import AclOperation
+from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..delayed import DelayedOperation
 from ..errors import ErrorCode
 from ..log import OffsetOutOfRange
@@ -22,6 +22,7 @@ from .common import leader_epoch_error, partition_of, resolve_topic
 
 KEY = 1
 TOPIC_IDS_VERSION = 13
+REPLICA_STATE_VERSION = 15
 _R = response_spec(KEY)
 FetchResponse = _R.cls
 FetchableTopicResponse = _R.struct("FetchableTopicResponse")
@@ -32,8 +33,9 @@ def _error(index: int, code: ErrorCode) -> PartitionData:
     return PartitionData(partition_index=index, error_code=code, high_watermark=-1, records=b"")
 
 
-def _read_all(broker, plan, max_bytes: int) -> tuple[list, int]:
-    """Read every readable partition of ``plan``; returns the topic responses and bytes read."""
+def _read_all(broker, plan, max_bytes: int, follower: bool = False) -> tuple[list, int]:
+    """Read every readable partition of ``plan`` (up to the high watermark; for a follower,
+    up to the log end); returns the topic responses and bytes read."""
     budget = max_bytes
     min_one = True
     total = 0
@@ -48,7 +50,8 @@ def _read_all(broker, plan, max_bytes: int) -> tuple[list, int]:
             data = b""
             try:
                 limit = min(fp.partition_max_bytes, max(budget, 0))
-                data = partition.log.read(fp.fetch_offset, limit, hw, min_one)
+                end = partition.log.log_end_offset if follower else hw
+                data = partition.log.read(fp.fetch_offset, limit, end, min_one)
             except OffsetOutOfRange:
                 code = ErrorCode.OFFSET_OUT_OF_RANGE
             if data:
@@ -80,7 +83,12 @@ async def handle(broker, ctx, request):
     names = sorted(
         {topic.name for _, topic, _ in resolved if topic} | {t.topic for t, topic, _ in resolved if not by_id}
     )
-    allowed = broker.authorize_topics(ctx, AclOperation.READ, names)
+    replica = _replica_id(request, ctx.api_version) if broker.replicas is not None else -1
+    if replica >= 0:  # a follower: ClusterAction on the cluster instead of READ on each topic
+        ok = broker.authorize(ctx, [Action(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)])[0]
+        allowed = dict.fromkeys(names, ok)
+    else:
+        allowed = broker.authorize_topics(ctx, AclOperation.READ, names)
 
     plan = []  # (request topic, topic, [(request partition, partition, error)])
     has_error = False
@@ -93,16 +101,17 @@ async def handle(broker, ctx, request):
             if not allowed.get(name, True):
                 err = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif not err:
-                partition = partition_of(topic, fp.partition)
-                if partition is None:
-                    err = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                else:
+                partition, err = partition_of(topic, fp.partition)
+                if partition is not None:
                     err = leader_epoch_error(partition, fp.current_leader_epoch)
+                if not err and replica >= 0:
+                    broker.replicas.follower_fetched(partition, replica, fp.fetch_offset)
             has_error = has_error or bool(err)
             items.append((fp, partition, err))
         plan.append((t, topic, items))
 
-    responses, total = _read_all(broker, plan, min(request.max_bytes, broker.config["fetch.max.bytes"]))
+    follower = replica >= 0
+    responses, total = _read_all(broker, plan, min(request.max_bytes, broker.config["fetch.max.bytes"]), follower)
     watched = {p for _, _, items in plan for _, p, err in items if p is not None and not err}
     if total < request.min_bytes and request.max_wait_ms > 0 and watched and not has_error:
         start = {p: p.bytes_appended for p in watched}
@@ -111,10 +120,17 @@ async def handle(broker, ctx, request):
             return total + sum(p.bytes_appended - n for p, n in start.items()) >= request.min_bytes
 
         await broker.purgatory.wait(DelayedOperation(request.max_wait_ms, enough), watched)
-        responses, total = _read_all(broker, plan, min(request.max_bytes, broker.config["fetch.max.bytes"]))
+        responses, total = _read_all(broker, plan, min(request.max_bytes, broker.config["fetch.max.bytes"]), follower)
 
     throttle = broker.throttle_ms(ctx, "fetch", total)
     return FetchResponse(throttle_time_ms=throttle, error_code=ErrorCode.NONE, session_id=0, responses=responses)
+
+
+def _replica_id(request, version: int) -> int:
+    """The follower's broker id (-1 for a consumer): a field until v14, ReplicaState from v15."""
+    if version < REPLICA_STATE_VERSION:
+        return request.replica_id
+    return request.replica_state.replica_id if request.replica_state is not None else -1
 
 
 def error_response(request, code):

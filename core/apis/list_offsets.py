@@ -42,11 +42,11 @@ async def handle(broker, ctx, request):
         parts = []
         for p in t.partitions:
             res = ListOffsetsPartitionResponse(partition_index=p.partition_index)
-            partition = partition_of(topic, p.partition_index)
+            partition, missing = partition_of(topic, p.partition_index)
             if not allowed[t.name]:
                 res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif partition is None:
-                res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                res.error_code = missing
             elif p.timestamp < EARLIEST_PENDING_UPLOAD:
                 res.error_code = ErrorCode.INVALID_REQUEST
             elif code := leader_epoch_error(partition, p.current_leader_epoch):

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..errors import BrokkrError, ErrorCode
-from ..listeners import advertised_listener
 from ..protocol.frames import response_spec
 from . import Api
-from .common import cluster_authorized_operations, leadership, topic_authorized_operations
+from .common import cluster_authorized_operations, cluster_brokers, leadership, topic_authorized_operations
 
 KEY = 3
 _R = response_spec(KEY)
@@ -35,7 +34,7 @@ def _topic_response(broker, topic) -> MetadataResponseTopic:
         name=topic.name,
         topic_id=topic.topic_id,
         is_internal=topic.name in INTERNAL_TOPICS,
-        partitions=[MetadataResponsePartition(**leadership(broker, p)) for p in topic.partitions],
+        partitions=[MetadataResponsePartition(**leadership(broker, topic, i)) for i in range(len(topic.partitions))],
     )
 
 
@@ -43,11 +42,11 @@ async def handle(broker, ctx, request):
     v = ctx.api_version
     requested = request.topics
     all_topics = requested is None or (v == 0 and not requested)
-    listener = advertised_listener(broker.listeners, broker.config, ctx.listener)
+    brokers, controller = cluster_brokers(broker, ctx.listener)
     response = MetadataResponse(
-        brokers=[MetadataResponseBroker(node_id=broker.node_id, host=listener.host, port=listener.port)],
+        brokers=[MetadataResponseBroker(node_id=n, host=h, port=p, rack=r) for n, h, p, r in brokers],
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=controller,
     )
     if all_topics:
         names = sorted(broker.topics)
@@ -56,7 +55,7 @@ async def handle(broker, ctx, request):
         )
         response.topics = [_topic_response(broker, broker.topics[n]) for n, ok in zip(names, allowed) if ok]
     else:
-        response.topics = _requested_topics(broker, ctx, request)
+        response.topics = await _requested_topics(broker, ctx, request)
     if v >= 8 and v <= 10 and request.include_cluster_authorized_operations:
         response.cluster_authorized_operations = cluster_authorized_operations(broker, ctx)
     if request.include_topic_authorized_operations:
@@ -67,7 +66,7 @@ async def handle(broker, ctx, request):
     return response
 
 
-def _requested_topics(broker, ctx, request) -> list:
+async def _requested_topics(broker, ctx, request) -> list:
     out = []
     by_name = []
     ids = {}  # names of the topics requested by id (v12+), and their ids
@@ -114,6 +113,10 @@ def _requested_topics(broker, ctx, request) -> list:
                 out.append(MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
                 continue
             try:
+                if broker.replicas is not None:  # created on the cluster; its leaders come next
+                    await broker.replicas.create_topic(name)
+                    out.append(MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name))
+                    continue
                 topic = broker.create_topic(name)
             except BrokkrError as exc:
                 out.append(MetadataResponseTopic(error_code=exc.code, name=name))

@@ -67,9 +67,10 @@ async def handle(broker, ctx, request):
                 res = _result(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             elif code:
                 res = _result(pd.index, code)
-            elif (partition := partition_of(topic, pd.index)) is None:
-                res = _result(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif (found := partition_of(topic, pd.index))[0] is None:
+                res = _result(pd.index, found[1])
             else:
+                partition = found[0]
                 res, next_offset = await _append(broker, ctx, partition, pd.records, acks)
                 if res.error_code == ErrorCode.NONE:
                     produced_bytes += len(pd.records)
@@ -104,12 +105,12 @@ def _has_transactional_records(request) -> bool:
 
 async def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProduceResponse, int]:
     """Validate and append one partition's records: (its response, the next offset)."""
-    if acks == -1 and partition.config["min.insync.replicas"] > 1:
+    if acks == -1 and len(partition.isr) < partition.config["min.insync.replicas"]:
         return _result(
             partition.index,
             ErrorCode.NOT_ENOUGH_REPLICAS,
-            f"The size of the current ISR (1) is insufficient to satisfy the min.isr requirement of "
-            f"{partition.config['min.insync.replicas']} for partition {partition.name}",
+            f"The size of the current ISR {set(partition.isr)} is insufficient to satisfy the min.isr requirement "
+            f"of {partition.config['min.insync.replicas']} for partition {partition.name}",
         ), -1
     try:
         validated = broker.hook.brokkr_validate_records(
@@ -147,10 +148,20 @@ async def _await_replication(broker, timeout_ms, waiting) -> None:
         required[partition] = max(offset, required.get(partition, offset))
     incomplete = await broker.wait_acknowledged(required, timeout_ms)
     for partition, _, res in waiting:
-        if partition in incomplete:
+        if not partition.is_leader:  # leadership moved while waiting: the write may be truncated
+            res.error_code, res.error_message = ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+        elif partition in incomplete:
             res.error_code = ErrorCode.REQUEST_TIMED_OUT
-            res.base_offset = -1
             res.error_message = "Timed out waiting for the write to be acknowledged (acks=-1)"
+        elif len(partition.isr) < partition.config["min.insync.replicas"]:  # the ISR shrank meanwhile
+            res.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            res.error_message = (
+                f"The size of the current ISR {set(partition.isr)} is insufficient to satisfy the min.isr "
+                f"requirement of {partition.config['min.insync.replicas']} for partition {partition.name}"
+            )
+        else:
+            continue
+        res.base_offset = -1
 
 
 def error_response(request, code):

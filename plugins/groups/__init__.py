@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 
 from brokkr.core.config import ConfigDef, ConfigType, at_least
+from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import hookimpl
 
 from .coordinator import OFFSETS_TOPIC, GroupCoordinator
@@ -46,6 +47,14 @@ CONFIGS = [
         100 * 1024 * 1024,
         f"The segment size of {OFFSETS_TOPIC}, kept small for faster compaction and loading.",
         validator=at_least(14),  # log.segment.bytes' bound
+    ),
+    ConfigDef(
+        "offsets.topic.replication.factor",
+        ConfigType.INT,
+        3,
+        f"Replicas of each {OFFSETS_TOPIC} partition on a cluster (FindCoordinator answers COORDINATOR_NOT_AVAILABLE "
+        "until that many brokers are live); a broker alone keeps one and refuses a setting above 1.",
+        validator=at_least(1),
     ),
     ConfigDef(
         "offsets.commit.timeout.ms",
@@ -122,12 +131,32 @@ def brokkr_apis():
 
 @hookimpl
 def brokkr_broker_starting(broker):
+    rf = broker.config["offsets.topic.replication.factor"]
+    if (
+        broker.replicas is None
+        and broker.config["zookeeper.connect"] is None
+        and rf > 1
+        and ("offsets.topic.replication.factor" in broker.config.explicit)
+    ):
+        raise ConfigError(f"offsets.topic.replication.factor={rf} needs a cluster (zookeeper.connect); alone it is 1")
     broker.pm.register(GroupCoordinator(broker), name=PLUGIN_NAME)
 
 
 @hookimpl
 def brokkr_broker_started(broker):
     coordinator_of(broker).start()
+
+
+@hookimpl
+def brokkr_became_leader(partition, broker):
+    if partition.topic.name == OFFSETS_TOPIC:
+        coordinator_of(broker).became_leader(partition.index, partition.leader_epoch)
+
+
+@hookimpl
+def brokkr_became_follower(partition, broker):
+    if partition.topic.name == OFFSETS_TOPIC:
+        coordinator_of(broker).resigned(partition.index)
 
 
 @hookimpl

@@ -22,7 +22,7 @@ import logging
 import time
 from typing import Any
 
-from brokkr.core.errors import ErrorCode
+from brokkr.core.errors import BrokkrError, ErrorCode
 from brokkr.core.log import OffsetOutOfRange, batch_records
 from brokkr.core.protocol.records import BatchHeader, build_batch, iter_batches_untrusted
 from brokkr.core.validation import RecordsError, ValidatedRecords
@@ -76,22 +76,41 @@ class GroupCoordinator:
         self.groups: dict[str, Any] = {}
         self.offsets = Offsets(self)
         self.classic = ClassicProtocol(self)
+        self._creating = False
 
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
-        """Take over every partition of ``__consumer_offsets`` if it exists (one broker
-        leads them all); else it is created on the first group lookup, as in Kafka."""
+        """Alone, take over every partition of ``__consumer_offsets`` if it exists (one
+        broker leads them all); else it is created on the first group lookup, as in Kafka.
+        On a cluster, partitions are taken over as this broker becomes their leader."""
         topic = self.broker.topics.get(OFFSETS_TOPIC)
-        if topic is not None:
+        if topic is not None and self.broker.replicas is None:
             self._take_over(topic)
         self.spawn(self.offsets.expire_periodically(), "offsets expiry")
 
     def create_offsets_topic(self) -> None:
-        """Create ``__consumer_offsets`` (compacted) and take it over: what Kafka's first
-        FindCoordinator for a group does, answering COORDINATOR_NOT_AVAILABLE meanwhile."""
-        configs = {"cleanup.policy": "compact", "segment.bytes": self.broker.config["offsets.topic.segment.bytes"]}
-        self._take_over(self.broker.create_topic(OFFSETS_TOPIC, self.num_partitions, configs))
+        """Create ``__consumer_offsets`` (compacted): what Kafka's first FindCoordinator for a
+        group does, answering COORDINATOR_NOT_AVAILABLE meanwhile. Alone, the broker takes it
+        over at once; on a cluster, with ``offsets.topic.replication.factor`` replicas, each
+        partition's leader does."""
+        config = self.broker.config
+        configs = {"cleanup.policy": "compact", "segment.bytes": config["offsets.topic.segment.bytes"]}
+        if self.broker.replicas is None:
+            self._take_over(self.broker.create_topic(OFFSETS_TOPIC, self.num_partitions, configs))
+        elif not self._creating:
+            self._creating = True
+            rf = config["offsets.topic.replication.factor"]
+            self.spawn(self._create_on_cluster(rf, {k: str(v) for k, v in configs.items()}), "create offsets topic")
+
+    async def _create_on_cluster(self, replication_factor: int, configs: dict[str, str]) -> None:
+        try:
+            await self.broker.replicas.create_topic(OFFSETS_TOPIC, self.num_partitions, replication_factor, configs)
+        except BrokkrError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
+        finally:
+            self._creating = False
 
     def _take_over(self, topic) -> None:
         # The topic's own partition count decides once it exists, as in Kafka.
@@ -125,6 +144,9 @@ class GroupCoordinator:
         current = self.owned.get(index)
         if current is not None and current[1] >= epoch:
             return
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        if topic is not None:  # the topic's own partition count decides once it exists
+            self.num_partitions = len(topic.partitions)
         self.owned[index] = (False, epoch)
         self._loads[index] = asyncio.get_running_loop().create_task(
             self._load(index, epoch), name=f"brokkr-groups-load-{index}"

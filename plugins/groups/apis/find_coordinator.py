@@ -4,7 +4,8 @@ several keys per request, each answered on its own.
 
 A group needs DESCRIBE on it (else GROUP_AUTHORIZATION_FAILED); its coordinator is the
 leader of its ``__consumer_offsets`` partition, this node. While that topic does not exist,
-the lookup creates it and answers COORDINATOR_NOT_AVAILABLE (the client retries). A transactional id needs
+the lookup creates it and answers COORDINATOR_NOT_AVAILABLE (the client retries). On a cluster,
+the coordinator is that partition's leader, wherever it is. A transactional id needs
 DESCRIBE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); brokkr hosts no transaction
 coordinator, so there is no ``__transaction_state`` leader and the answer is
 COORDINATOR_NOT_AVAILABLE, as Kafka answers while that topic does not exist. Other key
@@ -39,10 +40,10 @@ def _answers(broker, ctx, key_type: int, keys: list[str]) -> list:
         else (ResourceType.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     )
     allowed = broker.authorize(ctx, [Action(AclOperation.DESCRIBE, resource, key) for key in keys])
-    listener = advertised_listener(broker.listeners, broker.config, ctx.listener)
     missing = key_type == GROUP and any(allowed) and OFFSETS_TOPIC not in broker.topics
+    coordinator = coordinator_of(broker)
     if missing:
-        coordinator_of(broker).create_offsets_topic()
+        coordinator.create_offsets_topic()
     answers = []
     for key, ok in zip(keys, allowed, strict=True):
         if not ok:
@@ -50,10 +51,22 @@ def _answers(broker, ctx, key_type: int, keys: list[str]) -> list:
         elif key_type == TRANSACTION or missing:
             answers.append(_failed(key, ErrorCode.COORDINATOR_NOT_AVAILABLE))
         else:
-            answers.append(
-                Coordinator(key=key, node_id=broker.node_id, host=listener.host, port=listener.port, error_code=0)
-            )
+            answers.append(_leader_of(broker, ctx, key, coordinator.partition_for(key)))
     return answers
+
+
+def _leader_of(broker, ctx, key: str, index: int) -> Coordinator:
+    """The leader of the group's ``__consumer_offsets`` partition, as the client reaches it."""
+    if broker.replicas is None:
+        listener = advertised_listener(broker.listeners, broker.config, ctx.listener)
+        return Coordinator(key=key, node_id=broker.node_id, host=listener.host, port=listener.port, error_code=0)
+    membership = broker.replicas.membership
+    state = membership.partition_state(OFFSETS_TOPIC, index)
+    leader = membership.brokers().get(state.leader) if state is not None else None
+    if leader is None:
+        return _failed(key, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    host, port = leader.endpoint(ctx.listener)
+    return Coordinator(key=key, node_id=leader.node_id, host=host, port=port, error_code=0)
 
 
 def _failed(key: str, code: ErrorCode) -> Coordinator:

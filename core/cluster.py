@@ -1,0 +1,111 @@
+"""Cluster membership: the small interface behind which brokers find each other, elect a
+controller and keep topic assignments and partition states (leader, leader epoch, ISR).
+
+brokkr never builds its own consensus: an implementation wraps a proven coordination
+service (ZooKeeper, in Kafka's own znode layout: ``plugins/cluster/zookeeper.py``). A
+plugin provides one through ``brokkr_cluster_membership``; without ``zookeeper.connect``
+none is used and the broker is the single node it always was.
+
+What a membership does, and nothing more:
+
+- registers this broker while its session lives, and lists the live brokers;
+- elects one controller among them (:attr:`ClusterMembership.controller_id`);
+- stores each topic's replica assignment and settings, and each partition's
+  :class:`PartitionState`, changed only by conditional writes (the version read);
+- keeps a cache of all of it, refreshed by the service's notifications, and calls
+  :meth:`ClusterListener.cluster_changed` on the broker's event loop after every change.
+
+The controller (``core/controller.py``) and the replica manager (``core/replication.py``)
+decide everything else from that cache.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Protocol
+
+import attrs
+
+
+@attrs.frozen
+class BrokerInfo:
+    """A live broker: its id, rack and the endpoints clients reach it on."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    #: (listener name, host, port) of every advertised listener.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return self.host, self.port
+
+
+@attrs.frozen
+class PartitionState:
+    """Kafka's LeaderAndIsr as stored per partition: leader (-1: none), leader epoch,
+    in-sync replicas, the epoch of the controller that wrote it, and the stored version
+    a conditional write must name."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    version: int = 0
+
+
+@attrs.frozen
+class TopicAssignment:
+    """A topic as the cluster knows it: id, replicas per partition, settings."""
+
+    name: str
+    topic_id: uuid.UUID
+    replicas: dict[int, tuple[int, ...]]
+    configs: dict[str, str] = attrs.field(factory=dict)
+
+
+class ClusterListener(Protocol):
+    def cluster_changed(self) -> None:
+        """Something in the cache changed (brokers, controller, topics, partition states)."""
+
+    def session_lost(self) -> None:
+        """The membership lost its session: this broker is no longer part of the cluster."""
+
+
+class ClusterMembership(Protocol):
+    """One broker's view of the cluster (see the module docstring)."""
+
+    #: The controller's broker id (None while none is elected) and its epoch.
+    controller_id: int | None
+    controller_epoch: int
+    cluster_id: str
+
+    async def join(self, me: BrokerInfo, listener: ClusterListener) -> None:
+        """Connect, register ``me`` and fill the cache; then try to become controller."""
+
+    async def leave(self) -> None:
+        """Deregister and disconnect (the broker is stopping)."""
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        """The live brokers."""
+
+    def topics(self) -> dict[str, TopicAssignment]:
+        """Every topic of the cluster."""
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        """The stored state of a partition (None before the controller wrote one)."""
+
+    async def create_topic(self, assignment: TopicAssignment) -> None:
+        """Store a new topic (raises BrokkrError TOPIC_ALREADY_EXISTS)."""
+
+    async def delete_topic(self, name: str) -> None:
+        """Remove a topic and its partition states."""
+
+    async def write_partition_state(self, topic: str, partition: int, state: PartitionState) -> PartitionState | None:
+        """Store ``state`` if the stored version is still ``state.version`` (or, for a
+        partition without state, create it). Returns the stored state with its new version,
+        or None when another writer got there first (the cache is then refreshed)."""

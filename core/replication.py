@@ -1,0 +1,400 @@
+"""Replication on a cluster (Kafka's ReplicaManager, Partition and ReplicaFetcherThread).
+
+Theory of operation. The cluster membership (``core/cluster.py``) holds each topic's
+replica assignment and each partition's state (leader, leader epoch, ISR). Whenever it
+changes, :meth:`ReplicaManager.apply` makes this broker match it: it opens a local log for
+every partition it is a replica of, becomes leader of those the state names it leader of,
+and follows the others. The controller (``core/controller.py``), on whichever broker the
+membership elected, writes those states.
+
+- A **follower** truncates its log to its high watermark (what it holds beyond may never
+  have been acknowledged), then fetches from the leader with its replica id, long-polled
+  (``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``), and appends the leader's
+  batches as they are, offsets and leader epochs included (:meth:`follower_append`, the
+  second append path). Its high watermark is the leader's, bounded by its own log end.
+- A **leader** learns each follower's log end from its fetch offset. The high watermark is
+  the smallest log end over the ISR; acks=-1 produce requests wait in the purgatory until
+  it passes them. A follower caught up to the log end is in sync: one not caught up for
+  ``replica.lag.time.max.ms`` leaves the ISR, one that reaches the high watermark joins
+  it, each change written to the membership with the version read (the leader's own ISR
+  updates, as Kafka's ZooKeeper-mode leaders make them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .broker_client import BrokerClient
+from .cluster import BrokerInfo, ClusterMembership, PartitionState, TopicAssignment
+from .controller import Controller
+from .errors import BrokkrError, ConfigError, ErrorCode
+from .log import OffsetOutOfRange
+from .producer_state import rebuild_producer_state
+from .protocol.frames import request_spec
+from .protocol.records import iter_batches_untrusted
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .partition import Partition
+
+log = logging.getLogger("brokkr.replication")
+
+FETCH = 1
+FETCH_VERSION = 12
+
+
+class ReplicaManager:
+    def __init__(self, broker: Broker, membership: ClusterMembership):
+        self.broker = broker
+        self.membership = membership
+        self.node_id = broker.node_id
+        self.controller = Controller(self)
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        config = broker.config
+        self.lag_time_s: float = config["replica.lag.time.max.ms"] / 1000
+        self.num_fetchers: int = config["num.replica.fetchers"]
+        self._dirty = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._isr_task: asyncio.Task | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        listener = self.broker.listeners[0]
+        endpoints = tuple((lst.name, lst.host, lst.port) for lst in self.broker.listeners)
+        me = BrokerInfo(self.node_id, listener.host, listener.port, None, endpoints)
+        await self.membership.join(me, self)
+        self.broker.cluster_id = self.membership.cluster_id
+        self._task = asyncio.create_task(self._apply_loop(), name="brokkr-replication")
+        self._isr_task = asyncio.create_task(self._check_isr_loop(), name="brokkr-isr")
+        self._dirty.set()
+
+    async def stop(self) -> None:
+        for task in (self._task, self._isr_task):
+            if task is not None:
+                task.cancel()
+        for fetcher in self.fetchers.values():
+            fetcher.stop()
+        await self.membership.leave()
+
+    # -- ClusterListener --------------------------------------------------------------
+
+    def cluster_changed(self) -> None:
+        self._dirty.set()
+
+    def session_lost(self) -> None:
+        log.error("this broker lost its cluster session; stopping (restart it to rejoin)")
+        self.broker.clean_shutdown = False
+        asyncio.ensure_future(self.broker.stop())
+
+    # -- applying the cluster's state -----------------------------------------------------
+
+    async def _apply_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                if self.membership.controller_id == self.node_id:
+                    await self.controller.reconcile()
+                self.apply()
+            except Exception:
+                log.exception("applying the cluster state failed; retrying")
+                await asyncio.sleep(1)
+                self._dirty.set()
+
+    def apply(self) -> None:
+        """Make the local replicas match the membership's topics and partition states."""
+        broker, m = self.broker, self.membership
+        following: dict[Partition, int] = {}
+        for name, assignment in m.topics().items():
+            topic = broker.topics.get(name)
+            if topic is None or topic.topic_id != assignment.topic_id:
+                if topic is not None:
+                    broker.delete_topic(name)
+                topic = broker.open_cluster_topic(assignment)
+            for index, replicas in sorted(assignment.replicas.items()):
+                if self.node_id not in replicas:
+                    continue
+                partition = topic.partitions[index] or broker.open_cluster_partition(topic, index)
+                partition.replicas = replicas
+                state = m.partition_state(name, index)
+                if state is not None:
+                    self._apply_state(partition, state)
+                    if not partition.is_leader and partition.leader_id >= 0:
+                        following[partition] = partition.leader_id
+        for name in [n for n in broker.topics if n not in m.topics()]:
+            broker.delete_topic(name)
+        self._update_fetchers(following)
+
+    def _apply_state(self, partition: Partition, state: PartitionState) -> None:
+        if state.leader_epoch < partition.leader_epoch and partition.state_version:
+            return  # older than what this replica already follows
+        was_leader, old_epoch = partition.is_leader, partition.leader_epoch
+        partition.isr, partition.state_version = state.isr, state.version
+        if state.leader == self.node_id:
+            if not was_leader or state.leader_epoch != old_epoch:
+                partition.leader_epoch = state.leader_epoch
+                partition.leader_id = self.node_id
+                now = time.monotonic()
+                partition.follower_end = {}
+                partition.follower_caught_up = {r: now for r in state.isr if r != self.node_id}
+                log.info("%s: leader at epoch %d, ISR %s", partition.name, state.leader_epoch, list(state.isr))
+                self.broker.hook.brokkr_became_leader(partition=partition, broker=self.broker)
+            self.broker.advance_high_watermark(partition, partition.high_watermark_candidate())
+            return
+        if was_leader or state.leader != partition.leader_id or state.leader_epoch != old_epoch:
+            partition.leader_id, partition.leader_epoch = state.leader, state.leader_epoch
+            self.truncate(partition, partition.high_watermark)
+            log.info("%s: follower of %d at epoch %d", partition.name, state.leader, state.leader_epoch)
+            if was_leader:
+                self.broker.hook.brokkr_became_follower(partition=partition, broker=self.broker)
+            self.broker.purgatory.check(partition)  # acks=-1 waits end: this node no longer leads
+
+    def truncate(self, partition: Partition, offset: int) -> None:
+        if partition.log.log_end_offset > offset:
+            log.info("%s: truncating from %d to %d", partition.name, partition.log.log_end_offset, offset)
+            partition.log.truncate_to(offset)
+            partition.producers = rebuild_producer_state(partition.name, partition.log)
+
+    def _update_fetchers(self, following: dict[Partition, int]) -> None:
+        wanted: dict[tuple[int, int], set[Partition]] = {}
+        for partition, leader in following.items():
+            key = (leader, hash((partition.topic.name, partition.index)) % self.num_fetchers)
+            wanted.setdefault(key, set()).add(partition)
+        for key in list(self.fetchers):
+            if key not in wanted:
+                self.fetchers.pop(key).stop()
+        for key, partitions in wanted.items():
+            fetcher = self.fetchers.get(key)
+            if fetcher is None:
+                fetcher = self.fetchers[key] = ReplicaFetcher(self, *key)
+            fetcher.partitions = partitions
+
+    # -- as follower ------------------------------------------------------------------
+
+    def follower_append(self, partition: Partition, records: bytes, leader_high_watermark: int) -> None:
+        """Append the leader's batches as they are (offsets and epochs kept), then take the
+        leader's high watermark, bounded by the local log end."""
+        if records:
+            data = bytearray(records)
+            batches = [h for h in iter_batches_untrusted(data) if h.base_offset >= partition.log.log_end_offset]
+            if batches:
+                if batches[0].position or batches[-1].end != len(data):
+                    data = data[batches[0].position : batches[-1].end]
+                info = partition.log.append(
+                    data,
+                    batches[0].base_offset,
+                    batches[-1].last_offset,
+                    max(h.max_timestamp for h in batches),
+                    sum(h.record_count for h in batches),
+                )
+                for h in batches:
+                    partition.producers.update(h, h.base_offset)
+                partition.bytes_appended += info.size
+                if info.rolled is not None:
+                    partition.take_producer_snapshot()
+        self.broker.advance_high_watermark(partition, min(leader_high_watermark, partition.log.log_end_offset))
+
+    # -- as leader --------------------------------------------------------------------
+
+    def follower_fetched(self, partition: Partition, replica: int, fetch_offset: int) -> None:
+        """A follower fetched from ``fetch_offset``: it holds everything before it."""
+        partition.follower_end[replica] = fetch_offset
+        if fetch_offset >= partition.log.log_end_offset:
+            partition.follower_caught_up[replica] = time.monotonic()
+        if replica not in partition.isr and replica in partition.replicas and fetch_offset >= partition.high_watermark:
+            self._change_isr(partition, partition.isr + (replica,), f"replica {replica} caught up")
+        self.broker.advance_high_watermark(partition, partition.high_watermark_candidate())
+
+    async def _check_isr_loop(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.lag_time_s / 2, 0.05))
+            now = time.monotonic()
+            for topic in list(self.broker.topics.values()):
+                for partition in topic.partitions:
+                    if partition is None or not partition.is_leader:
+                        continue
+                    lagging = [
+                        r
+                        for r in partition.isr
+                        if r != self.node_id and now - partition.follower_caught_up.get(r, now) > self.lag_time_s
+                    ]
+                    if lagging:
+                        isr = tuple(r for r in partition.isr if r not in lagging)
+                        self._change_isr(partition, isr, f"replicas {lagging} out of sync")
+
+    def _change_isr(self, partition: Partition, isr: tuple[int, ...], why: str) -> None:
+        asyncio.ensure_future(self._write_isr(partition, isr, why))
+
+    async def _write_isr(self, partition: Partition, isr: tuple[int, ...], why: str) -> None:
+        state = PartitionState(
+            self.node_id, partition.leader_epoch, isr, self.membership.controller_epoch, partition.state_version
+        )
+        written = await self.membership.write_partition_state(partition.topic.name, partition.index, state)
+        if written is None or not partition.is_leader or partition.leader_epoch != state.leader_epoch:
+            return  # the state moved on meanwhile; the next apply brings the current one
+        log.info("%s: ISR %s -> %s (%s)", partition.name, list(partition.isr), list(isr), why)
+        partition.isr, partition.state_version = isr, written.version
+        if isr and len(isr) > 0:
+            self.broker.advance_high_watermark(partition, partition.high_watermark_candidate())
+        self.broker.purgatory.check(partition)
+
+    # -- topics -----------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int | None = None,
+        replication_factor: int | None = None,
+        configs: dict[str, str] | None = None,
+        assignment: dict[int, tuple[int, ...]] | None = None,
+    ) -> TopicAssignment:
+        """Create a topic on the cluster (raises BrokkrError); its replicas open once the
+        controller has written its partitions' states."""
+        config = self.broker.config
+        self.broker.check_new_topic_name(name)
+        try:
+            overrides = config.topic_config(configs or {}).override_strings()
+        except ConfigError as exc:
+            raise BrokkrError(str(exc), ErrorCode.INVALID_CONFIG) from None
+        if assignment is None:
+            n = config["num.partitions"] if partitions is None else partitions
+            rf = config["default.replication.factor"] if replication_factor is None else replication_factor
+            assignment = self.assign_replicas(n, rf)
+        created = TopicAssignment(name, uuid.uuid4(), assignment, overrides)
+        await self.membership.create_topic(created)
+        log.info("created topic %s (%s): replicas %s", name, created.topic_id, assignment)
+        return created
+
+    def assign_replicas(self, partitions: int, replication_factor: int) -> dict[int, tuple[int, ...]]:
+        """Kafka's rack-unaware replica placement (AdminUtils.assignReplicasToBrokers): a
+        random start, then round robin with a shifting second replica."""
+        import random
+
+        brokers = sorted(self.membership.brokers())
+        n = len(brokers)
+        if replication_factor > n:
+            raise BrokkrError(
+                f"Unable to replicate the partition {replication_factor} time(s): The target replication factor of "
+                f"{replication_factor} cannot be reached because only {n} broker(s) are registered.",
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+            )
+        start, shift = random.randrange(n), random.randrange(n)
+        out = {}
+        for p in range(partitions):
+            if p > 0 and p % n == 0:
+                shift += 1
+            first = (p + start) % n
+            replicas = [brokers[first]]
+            for j in range(replication_factor - 1):
+                replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+            out[p] = tuple(replicas)
+        return out
+
+
+@attrs.define(eq=False)
+class ReplicaFetcher:
+    """Fetches the partitions this broker follows from one leader (Kafka's
+    ReplicaFetcherThread), ``num.replica.fetchers`` of them per leader."""
+
+    manager: ReplicaManager
+    leader: int
+    fetcher_id: int
+    partitions: set = attrs.field(factory=set)
+    _task: asyncio.Task | None = None
+    _client: BrokerClient | None = None
+
+    def __attrs_post_init__(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self._client is not None:
+            self._client.close()
+
+    async def _run(self) -> None:
+        config = self.manager.broker.config
+        backoff = config["replica.fetch.backoff.ms"] / 1000
+        while True:
+            try:
+                await self._fetch_once(config)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("fetching from broker %d failed: %s", self.leader, exc)
+                if self._client is not None:
+                    self._client.close()
+                    self._client = None
+                await asyncio.sleep(backoff)
+
+    async def _fetch_once(self, config) -> None:
+        info = self.manager.membership.brokers().get(self.leader)
+        if info is None or not self.partitions:
+            await asyncio.sleep(config["replica.fetch.backoff.ms"] / 1000)
+            return
+        if self._client is None:
+            host, port = info.endpoint(self.manager.broker.listeners[0].name)
+            self._client = BrokerClient(host, port, f"broker-{self.manager.node_id}-fetcher-{self.fetcher_id}")
+        spec = request_spec(FETCH)
+        topic_cls, part_cls = spec.struct("FetchTopic"), spec.struct("FetchPartition")
+        by_topic: dict[str, list] = {}
+        wanted = {}
+        for p in self.partitions:
+            wanted[(p.topic.name, p.index)] = p
+            by_topic.setdefault(p.topic.name, []).append(
+                part_cls(
+                    partition=p.index,
+                    current_leader_epoch=p.leader_epoch,
+                    fetch_offset=p.log.log_end_offset,
+                    log_start_offset=p.log.log_start_offset,
+                    partition_max_bytes=config["replica.fetch.max.bytes"],
+                )
+            )
+        body = spec.cls(
+            replica_id=self.manager.node_id,
+            max_wait_ms=config["replica.fetch.wait.max.ms"],
+            min_bytes=config["replica.fetch.min.bytes"],
+            max_bytes=config["replica.fetch.response.max.bytes"],
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[topic_cls(topic=name, partitions=parts) for name, parts in by_topic.items()],
+        )
+        timeout = config["replica.fetch.wait.max.ms"] / 1000 + config["replica.socket.timeout.ms"] / 1000
+        response = await self._client.request(FETCH, FETCH_VERSION, body, timeout)
+        if response.error_code:
+            raise BrokkrError(f"fetch answered {ErrorCode(response.error_code).name}", response.error_code)
+        for t in response.responses:
+            for pd in t.partitions:
+                partition = wanted.get((t.topic, pd.partition_index))
+                if partition is None or partition not in self.partitions or partition.is_leader:
+                    continue
+                if pd.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    self._out_of_range(partition, pd)
+                elif pd.error_code:
+                    log.debug("%s: fetch from %d answered %s", partition.name, self.leader, pd.error_code)
+                else:
+                    try:
+                        self.manager.follower_append(partition, pd.records or b"", pd.high_watermark)
+                    except OffsetOutOfRange:
+                        self._out_of_range(partition, pd)
+
+    def _out_of_range(self, partition: Partition, pd) -> None:
+        """The leader has not our fetch offset: ahead of its log end, truncate to its high
+        watermark and fetch again."""
+        if pd.log_start_offset > partition.log.log_end_offset:
+            log.error(
+                "%s: the leader's log starts at %d, past this replica's end %d; it cannot catch up",
+                partition.name,
+                pd.log_start_offset,
+                partition.log.log_end_offset,
+            )
+            return
+        self.manager.truncate(partition, max(pd.high_watermark, partition.log.log_start_offset))

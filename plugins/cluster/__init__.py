@@ -1,0 +1,1 @@
+"""Cluster membership implementations: ``zookeeper`` (Kafka's ZooKeeper layout, with kazoo)."""

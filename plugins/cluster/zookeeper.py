@@ -1,0 +1,363 @@
+"""Cluster membership on ZooKeeper (kazoo), in Kafka's own znode layout, so the tools
+that read a Kafka cluster's ZooKeeper read a brokkr cluster's too:
+
+- ``/brokers/ids/<id>`` (ephemeral): a broker's endpoints and rack;
+- ``/controller`` (ephemeral) ``{"version":1,"brokerid":N,...}`` and ``/controller_epoch``;
+- ``/brokers/topics/<topic>``: ``{"version":3,"topic_id":...,"partitions":{"0":[1,2]}}``;
+- ``/brokers/topics/<topic>/partitions/<p>/state``:
+  ``{"controller_epoch":E,"leader":L,"version":1,"leader_epoch":N,"isr":[...]}``,
+  written only with the znode version read (conditional writes);
+- ``/config/topics/<topic>``: the topic's settings; ``/cluster/id``.
+
+kazoo's calls block and its watches fire on its own threads: every call here runs in one
+worker thread (so they are ordered), and a fired watch schedules a refresh of the cache
+on that thread, after which the broker's listener is called on its event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from brokkr.core.cluster import BrokerInfo, ClusterListener, PartitionState, TopicAssignment
+from brokkr.core.config import ConfigDef, ConfigType, at_least
+from brokkr.core.errors import BrokkrError, ConfigError, ErrorCode
+from brokkr.core.plugins import hookimpl
+
+log = logging.getLogger("brokkr.cluster")
+
+CONFIGS = [
+    ConfigDef(
+        "zookeeper.connect",
+        ConfigType.STRING,
+        None,
+        "ZooKeeper's host:port[,host:port...][/chroot]; set, the broker joins that cluster; unset, it runs alone.",
+    ),
+    ConfigDef(
+        "zookeeper.session.timeout.ms",
+        ConfigType.INT,
+        18000,
+        "The ZooKeeper session timeout: a broker silent this long leaves the cluster.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "zookeeper.connection.timeout.ms",
+        ConfigType.INT,
+        None,
+        "How long to wait for the first connection to ZooKeeper (default: zookeeper.session.timeout.ms).",
+        validator=at_least(1),
+    ),
+]
+
+
+@hookimpl
+def brokkr_config_definitions():
+    return CONFIGS
+
+
+@hookimpl
+def brokkr_cluster_membership(broker):
+    connect = broker.config["zookeeper.connect"]
+    if connect is None:
+        return None
+    try:
+        import kazoo  # noqa: F401
+    except ImportError:
+        raise ConfigError("zookeeper.connect needs kazoo: pip install 'brokkr[cluster]'") from None
+    return ZooKeeperMembership(connect, broker.config)
+
+
+def kafka_uuid(u: uuid.UUID) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
+
+
+def parse_kafka_uuid(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+class ZooKeeperMembership:
+    def __init__(self, connect: str, config):
+        from kazoo.client import KazooClient
+
+        self.session_timeout = config["zookeeper.session.timeout.ms"] / 1000
+        self.connect_timeout = (
+            config["zookeeper.connection.timeout.ms"] or config["zookeeper.session.timeout.ms"]
+        ) / 1000
+        self.zk = KazooClient(hosts=connect, timeout=self.session_timeout)
+        self.controller_id: int | None = None
+        self.controller_epoch = 0
+        self.cluster_id = ""
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._topics: dict[str, TopicAssignment] = {}
+        self._states: dict[tuple[str, int], PartitionState] = {}
+        self._me: BrokerInfo | None = None
+        self._listener: ClusterListener | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="brokkr-zookeeper")
+        self._refresh_pending = False
+        self._closing = False
+
+    # -- the interface ------------------------------------------------------------
+
+    async def join(self, me: BrokerInfo, listener: ClusterListener) -> None:
+        self._me, self._listener, self._loop = me, listener, asyncio.get_running_loop()
+        await self._call(self._join)
+
+    async def leave(self) -> None:
+        self._closing = True
+        await self._call(self._leave)
+        self._worker.shutdown(wait=False)
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        return self._brokers
+
+    def topics(self) -> dict[str, TopicAssignment]:
+        return self._topics
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        return self._states.get((topic, partition))
+
+    async def create_topic(self, assignment: TopicAssignment) -> None:
+        await self._call(self._create_topic, assignment)
+
+    async def delete_topic(self, name: str) -> None:
+        await self._call(self._delete_topic, name)
+
+    async def write_partition_state(self, topic: str, partition: int, state: PartitionState) -> PartitionState | None:
+        return await self._call(self._write_state, topic, partition, state)
+
+    # -- on the worker thread -------------------------------------------------------
+
+    async def _call(self, fn, *args) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
+
+    def _join(self) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        self.zk.add_listener(self._state_changed)
+        self.zk.start(timeout=self.connect_timeout)
+        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/cluster"):
+            self.zk.ensure_path(path)
+        try:
+            self.zk.create("/cluster/id", json.dumps({"version": "1", "id": _new_cluster_id()}).encode())
+        except NodeExistsError:
+            pass
+        self.cluster_id = json.loads(self.zk.get("/cluster/id")[0])["id"]
+        me = self._me
+        assert me is not None
+        registration = {
+            "version": 5,
+            "host": me.host,
+            "port": me.port,
+            "endpoints": [f"{name}://{host}:{port}" for name, host, port in me.endpoints],
+            "listener_security_protocol_map": {name: name for name, _, _ in me.endpoints},
+            "rack": me.rack,
+            "jmx_port": -1,
+            "features": {},
+            "timestamp": str(int(time.time() * 1000)),
+        }
+        try:
+            self.zk.create(f"/brokers/ids/{me.node_id}", json.dumps(registration).encode(), ephemeral=True)
+        except NodeExistsError:
+            raise ConfigError(f"broker.id {me.node_id} is registered by another live broker") from None
+        self._refresh()
+
+    def _leave(self) -> None:
+        try:
+            self.zk.stop()
+            self.zk.close()
+        except Exception as exc:  # stopping anyway
+            log.warning("closing the ZooKeeper session failed: %s", exc)
+
+    def _state_changed(self, state) -> None:  # kazoo's thread
+        from kazoo.protocol.states import KazooState
+
+        if state == KazooState.LOST and not self._closing and self._loop is not None:
+            log.error("the ZooKeeper session expired")
+            self._loop.call_soon_threadsafe(self._listener.session_lost)
+        elif state == KazooState.CONNECTED and not self._closing:
+            self._schedule_refresh()
+
+    def _watch(self, event) -> None:  # kazoo's thread
+        self._schedule_refresh()
+
+    def _schedule_refresh(self) -> None:
+        if self._closing or self._refresh_pending:
+            return
+        self._refresh_pending = True
+        try:
+            self._worker.submit(self._refresh)
+        except RuntimeError:  # the worker is shut down
+            pass
+
+    def _refresh(self) -> None:
+        """Re-read brokers, controller, topics and partition states, re-arming the watches."""
+        from kazoo.exceptions import NoNodeError
+
+        self._refresh_pending = False
+        if self._closing:
+            return
+        try:
+            brokers = {}
+            for child in self.zk.get_children("/brokers/ids", watch=self._watch):
+                try:
+                    data, _ = self.zk.get(f"/brokers/ids/{child}")
+                except NoNodeError:
+                    continue
+                brokers[int(child)] = _broker_info(int(child), json.loads(data))
+            self._elect()
+            topics, states = {}, {}
+            for name in self.zk.get_children("/brokers/topics", watch=self._watch):
+                try:
+                    data, _ = self.zk.get(f"/brokers/topics/{name}", watch=self._watch)
+                except NoNodeError:
+                    continue
+                raw = json.loads(data)
+                try:
+                    configs = json.loads(self.zk.get(f"/config/topics/{name}")[0]).get("config", {})
+                except NoNodeError:
+                    configs = {}
+                topics[name] = TopicAssignment(
+                    name,
+                    parse_kafka_uuid(raw["topic_id"]) if "topic_id" in raw else uuid.uuid4(),
+                    {int(p): tuple(r) for p, r in raw["partitions"].items()},
+                    configs,
+                )
+                for p in topics[name].replicas:
+                    path = f"/brokers/topics/{name}/partitions/{p}/state"
+                    stat = self.zk.exists(path, watch=self._watch)
+                    if stat is None:
+                        continue
+                    try:
+                        data, stat = self.zk.get(path, watch=self._watch)
+                    except NoNodeError:
+                        continue
+                    s = json.loads(data)
+                    states[(name, p)] = PartitionState(
+                        s["leader"], s["leader_epoch"], tuple(s["isr"]), s["controller_epoch"], stat.version
+                    )
+        except Exception as exc:
+            if not self._closing:
+                log.warning("reading the cluster state from ZooKeeper failed (%s); retrying", exc)
+                time.sleep(0.2)
+                self._schedule_refresh()
+            return
+        self._brokers, self._topics, self._states = brokers, topics, states
+        if self._loop is not None and self._listener is not None and not self._closing:
+            self._loop.call_soon_threadsafe(self._listener.cluster_changed)
+
+    def _elect(self) -> None:
+        """Try to become controller when there is none (Kafka's ephemeral /controller)."""
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        assert self._me is not None
+        try:
+            data, _ = self.zk.get("/controller", watch=self._watch)
+            self.controller_id = json.loads(data)["brokerid"]
+        except NoNodeError:
+            payload = {"version": 1, "brokerid": self._me.node_id, "timestamp": str(int(time.time() * 1000))}
+            try:
+                self.zk.create("/controller", json.dumps(payload).encode(), ephemeral=True)
+                self.controller_id = self._me.node_id
+                self.controller_epoch = self._bump_controller_epoch()
+                log.info("broker %d is the controller (epoch %d)", self._me.node_id, self.controller_epoch)
+            except NodeExistsError:
+                data, _ = self.zk.get("/controller", watch=self._watch)
+                self.controller_id = json.loads(data)["brokerid"]
+            self.zk.exists("/controller", watch=self._watch)
+        if self.controller_id != self._me.node_id:
+            try:
+                self.controller_epoch = int(self.zk.get("/controller_epoch")[0])
+            except NoNodeError:
+                pass
+
+    def _bump_controller_epoch(self) -> int:
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        while True:
+            try:
+                data, stat = self.zk.get("/controller_epoch")
+            except NoNodeError:
+                try:
+                    self.zk.create("/controller_epoch", b"1")
+                    return 1
+                except NodeExistsError:
+                    continue
+            epoch = int(data) + 1
+            try:
+                self.zk.set("/controller_epoch", str(epoch).encode(), version=stat.version)
+                return epoch
+            except BadVersionError:
+                continue
+
+    def _create_topic(self, assignment: TopicAssignment) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        topic = {
+            "version": 3,
+            "topic_id": kafka_uuid(assignment.topic_id),
+            "partitions": {str(p): list(r) for p, r in assignment.replicas.items()},
+            "adding_replicas": {},
+            "removing_replicas": {},
+        }
+        config = {"version": 1, "config": assignment.configs}
+        tx = self.zk.transaction()
+        tx.create(f"/config/topics/{assignment.name}", json.dumps(config).encode())
+        tx.create(f"/brokers/topics/{assignment.name}", json.dumps(topic).encode())
+        results = tx.commit()
+        if any(isinstance(r, NodeExistsError) for r in results):
+            raise BrokkrError(f"Topic '{assignment.name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
+        if any(isinstance(r, Exception) for r in results):
+            raise BrokkrError(f"Creating topic {assignment.name} failed: {results}", ErrorCode.UNKNOWN_SERVER_ERROR)
+        self._refresh()
+
+    def _delete_topic(self, name: str) -> None:
+        self.zk.delete(f"/brokers/topics/{name}", recursive=True)
+        self.zk.delete(f"/config/topics/{name}", recursive=True)
+        self._refresh()
+
+    def _write_state(self, topic: str, partition: int, state: PartitionState) -> PartitionState | None:
+        from kazoo.exceptions import BadVersionError, NodeExistsError
+
+        path = f"/brokers/topics/{topic}/partitions/{partition}/state"
+        data = json.dumps(
+            {
+                "controller_epoch": state.controller_epoch,
+                "leader": state.leader,
+                "version": 1,
+                "leader_epoch": state.leader_epoch,
+                "isr": list(state.isr),
+            }
+        ).encode()
+        try:
+            if self.zk.exists(path) is None:
+                self.zk.create(path, data, makepath=True)
+                version = 0
+            else:
+                version = self.zk.set(path, data, version=state.version).version
+        except (BadVersionError, NodeExistsError):
+            self._refresh()
+            return None
+        written = PartitionState(state.leader, state.leader_epoch, state.isr, state.controller_epoch, version)
+        self._states[(topic, partition)] = written
+        return written
+
+
+def _broker_info(node_id: int, raw: dict) -> BrokerInfo:
+    endpoints = []
+    for text in raw.get("endpoints", []):
+        name, _, address = text.partition("://")
+        host, _, port = address.rpartition(":")
+        endpoints.append((name, host, int(port)))
+    return BrokerInfo(node_id, raw.get("host", ""), raw.get("port", -1), raw.get("rack"), tuple(endpoints))
+
+
+def _new_cluster_id() -> str:
+    return kafka_uuid(uuid.uuid4())

@@ -1,0 +1,236 @@
+"""Replication on a real ZooKeeper: brokers register and elect a controller; topics get
+replicas on several brokers; followers fetch from leaders; acks=all waits on them; a
+leader's loss (a clean stop, or a SIGKILL) moves leadership to an in-sync replica without
+losing an acknowledged record; min.insync.replicas is enforced; consumer groups work."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from brokkr.core.client import RawClient
+from brokkr.core.errors import ErrorCode
+from brokkr.core.plugins import hookimpl
+
+from tests.serve import Served
+from tests.wire import PRODUCE, batch, produce_body
+
+from .conftest import CLUSTER
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+DEADLINE = 30.0
+
+
+def bootstrap(brokers) -> str:
+    return ",".join(b.bootstrap_servers for b in brokers)
+
+
+def wait_for(what: str, check, timeout: float = DEADLINE):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def create(brokers, name: str, partitions: int, rf: int, **configs) -> dict:
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    topic = NewTopic(name, partitions, rf, config={k.replace("_", "."): str(v) for k, v in configs.items()})
+    admin.create_topics([topic])[name].result(DEADLINE)
+    return wait_for(f"leaders of {name}", lambda: leaders(brokers, name, partitions))
+
+
+def leaders(brokers, name: str, partitions: int) -> dict | None:
+    """{partition: (leader, replicas, isr)} once every partition has a leader."""
+    md = AdminClient({"bootstrap.servers": bootstrap(brokers)}).list_topics(name, timeout=10)
+    topic = md.topics.get(name)
+    if topic is None or topic.error is not None or len(topic.partitions) != partitions:
+        return None
+    out = {p.id: (p.leader, sorted(p.replicas), sorted(p.isrs)) for p in topic.partitions.values()}
+    return out if all(leader >= 0 for leader, _, _ in out.values()) else None
+
+
+def log_ends(brokers, name: str, index: int) -> dict[int, int]:
+    out = {}
+    for b in brokers:
+        p = b.broker.partition(name, index)
+        if p is not None:
+            out[b.broker.node_id] = b.call(lambda p=p: p.log.log_end_offset)
+    return out
+
+
+def consume_all(brokers, name: str, partitions: int, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap(brokers), "group.id": "check", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(name, p, 0) for p in range(partitions)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + DEADLINE
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+class Leadership:
+    """Counts the leadership hooks a broker calls."""
+
+    def __init__(self):
+        self.became: list[tuple[str, int, str]] = []
+
+    @hookimpl
+    def brokkr_became_leader(self, partition):
+        self.became.append((partition.topic.name, partition.index, "leader"))
+
+    @hookimpl
+    def brokkr_became_follower(self, partition):
+        self.became.append((partition.topic.name, partition.index, "follower"))
+
+
+def test_brokers_register_elect_a_controller_and_replicate(cluster):
+    brokers = cluster(3)
+    admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap_servers})
+    md = wait_for("three brokers", lambda: (m := admin.list_topics(timeout=10)) and len(m.brokers) == 3 and m)
+    assert sorted(md.brokers) == [1, 2, 3] and md.controller_id in (1, 2, 3)
+    placed = create(brokers, "r", 3, 3)
+    assert all(replicas == [1, 2, 3] == isr for _, replicas, isr in placed.values())
+    assert sorted(leader for leader, _, _ in placed.values()) == [1, 2, 3], "leaders spread over the brokers"
+    producer = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all"})
+    for i in range(300):
+        producer.produce("r", b"%05d" % i, key=b"k%d" % i)
+    assert producer.flush(DEADLINE) == 0
+    for index in range(3):
+        ends = wait_for(
+            "followers to catch up", lambda i=index: len(set((e := log_ends(brokers, "r", i)).values())) == 1 and e
+        )
+        assert len(ends) == 3
+    assert sorted(consume_all(brokers, "r", 3, 300)) == [b"%05d" % i for i in range(300)]
+    # A request for a partition this broker does not lead is refused, as Kafka refuses it.
+    leader = placed[0][0]
+    other = next(b for b in brokers if b.broker.node_id != leader)
+    with RawClient(other.bootstrap_servers) as c:
+        response = c.request(PRODUCE, 9, produce_body("r", batch(), acks=1))
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_leaders_loss_moves_leadership_and_loses_no_acknowledged_record(cluster):
+    brokers = cluster(3)
+    create(brokers, "f", 2, 3, min_insync_replicas=2)
+    acked: list[bytes] = []
+    errors: list = []
+
+    def report(err, msg):
+        (errors if err else acked).append(err or msg.value())
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap(brokers), "enable.idempotence": True, "linger.ms": 2, "retry.backoff.ms": 50}
+    )
+    for i in range(500):
+        producer.produce("f", b"%05d" % i, key=b"k%d" % i, on_delivery=report)
+        producer.poll(0)
+    victim_id = leaders(brokers, "f", 2)[0][0]
+    victim = next(b for b in brokers if b.broker.node_id == victim_id)
+    victim.stop()
+    alive = [b for b in brokers if b is not victim]
+    for i in range(500, 1000):
+        producer.produce("f", b"%05d" % i, key=b"k%d" % i, on_delivery=report)
+        producer.poll(0)
+    assert producer.flush(60) == 0 and errors == []
+    after = wait_for("a new leader", lambda: (m := leaders(alive, "f", 2)) and m[0][0] != victim_id and m)
+    assert victim_id not in after[0][2], "the stopped broker left the ISR"
+    got = consume_all(alive, "f", 2, 1000)
+    assert sorted(got) == sorted(acked) == [b"%05d" % i for i in range(1000)], "every record once"
+
+
+def test_min_insync_replicas_refuses_acks_all_when_too_few_replicas_are_in_sync(cluster):
+    brokers = cluster(2)
+    placed = create(brokers, "m", 1, 2, min_insync_replicas=2)
+    follower = next(b for b in brokers if b.broker.node_id != placed[0][0])
+    leader = next(b for b in brokers if b is not follower)
+    follower.stop()
+    wait_for("the ISR to shrink", lambda: leader.call(lambda: len(leader.broker.partition("m", 0).isr)) == 1)
+    with RawClient(leader.bootstrap_servers) as c:
+        response = c.request(PRODUCE, 9, produce_body("m", batch(), acks=-1))
+        one = c.request(PRODUCE, 9, produce_body("m", batch(), acks=1))
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert one.responses[0].partition_responses[0].error_code == 0, "acks=1 needs the leader only"
+
+
+def test_a_sigkilled_leader_is_replaced_after_its_session_expires(cluster, zookeeper, tmp_path):
+    brokers = cluster(2)
+    served = Served(
+        *(
+            f"--override={k}={v}"
+            for k, v in {
+                "node.id": 3,
+                "zookeeper.connect": zookeeper,
+                "log.dirs": str(tmp_path / "b3"),
+                "listeners": "PLAINTEXT://127.0.0.1:0",
+                **CLUSTER,
+            }.items()
+        ),
+        cwd=tmp_path,
+    )
+    try:
+        wait_for(
+            "three brokers",
+            lambda: len(AdminClient({"bootstrap.servers": bootstrap(brokers)}).list_topics(timeout=10).brokers) == 3,
+        )
+        admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+        topic = NewTopic("k", num_partitions=1, replica_assignment=[[3, 1, 2]])  # broker 3 leads it
+        admin.create_topics([topic])["k"].result(DEADLINE)
+        wait_for("broker 3 to lead", lambda: (m := leaders(brokers, "k", 1)) and m[0][0] == 3)
+        producer = Producer({"bootstrap.servers": bootstrap(brokers) + "," + served.address, "acks": "all"})
+        for i in range(100):
+            producer.produce("k", b"%05d" % i)
+        assert producer.flush(DEADLINE) == 0
+    finally:
+        served.kill()  # SIGKILL: no deregistration; ZooKeeper ends its session after the timeout
+    killed = time.monotonic()
+    moved = wait_for("a new leader", lambda: (m := leaders(brokers, "k", 1)) and m[0][0] in (1, 2) and m)
+    assert time.monotonic() - killed < 20 and 3 not in moved[0][2]
+    assert sorted(consume_all(brokers, "k", 1, 100)) == [b"%05d" % i for i in range(100)]
+
+
+def test_consumer_groups_and_leadership_hooks_on_a_cluster(brokkr_broker_factory, zookeeper, tmp_path):
+    hooks = [Leadership() for _ in range(3)]
+    brokers = [
+        brokkr_broker_factory(
+            {"node.id": n, "zookeeper.connect": zookeeper, "log.dirs": str(tmp_path / f"b{n}"), **CLUSTER},
+            plugins=[hooks[n - 1]],
+        )
+        for n in (1, 2, 3)
+    ]
+    create(brokers, "g", 3, 2)
+    producer = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all"})
+    for i in range(60):
+        producer.produce("g", b"%05d" % i, key=b"k%d" % i)
+    assert producer.flush(DEADLINE) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap(brokers), "group.id": "cg", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["g"])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < 60 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                if msg.error():
+                    raise KafkaException(msg.error())
+                got.append(msg.value())
+        consumer.commit(asynchronous=False)
+        committed = consumer.committed([TopicPartition("g", p) for p in range(3)], timeout=DEADLINE)
+    finally:
+        consumer.close()
+    assert sorted(got) == [b"%05d" % i for i in range(60)]
+    assert sum(tp.offset for tp in committed) == 60
+    led = {(t, p) for h in hooks for t, p, what in h.became if what == "leader"}
+    assert {("g", p) for p in range(3)} <= led and ("__consumer_offsets", 0) in led
+    assert json.dumps(sorted(led))  # every leadership change named a partition
