@@ -317,9 +317,14 @@ class Broker:
         until the cluster's state says so."""
         assert self.storage is not None
         stored = StoredTopic(topic.name, topic.topic_id, len(topic.partitions), topic.config.override_strings())
-        partition = Partition(topic, index, self.storage.open_log(stored, index, topic.config), self.node_id)
-        # Nothing is known committed until the leader says so (or, as leader, the ISR's fetches).
-        partition.leader_id, partition.high_watermark = -1, partition.log.log_start_offset
+        plog = self.storage.open_log(stored, index, topic.config)
+        kept = getattr(plog, "high_watermark", None)  # its replication-offset-checkpoint entry
+        partition = Partition(topic, index, plog, self.node_id)
+        # Committed is what that checkpoint says, or nothing, until the leader says more
+        # (or, as leader, the ISR's fetches do).
+        start, end = plog.log_start_offset, plog.log_end_offset
+        partition.leader_id = -1
+        partition.lower_high_watermark(start if kept is None else max(start, min(kept, end)))
         topic.partitions[index] = partition
         return partition
 
@@ -428,6 +433,8 @@ class Broker:
         if new <= old:
             return
         partition.high_watermark = new
+        if partition.log_keeps_high_watermark:  # for the log's replication-offset-checkpoint
+            partition.log.high_watermark = new
         self.hook.brokkr_high_watermark_advanced(partition=partition, old=old, new=new, broker=self)
         self.purgatory.check(partition)
 

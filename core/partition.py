@@ -82,6 +82,17 @@ class Partition:
         #: it was last caught up with the log end (monotonic seconds).
         self.follower_end: dict[int, int] = {}
         self.follower_caught_up: dict[int, float] = {}
+        #: Whether the log records the high watermark (a replication-offset-checkpoint).
+        self.log_keeps_high_watermark = hasattr(log, "high_watermark")
+        if self.log_keeps_high_watermark:
+            log.high_watermark = self.high_watermark
+
+    def lower_high_watermark(self, offset: int) -> None:
+        """Move the high watermark back to ``offset`` (a replica opened or truncated); it
+        only ever moves forward otherwise (``Broker.advance_high_watermark``)."""
+        self.high_watermark = min(self.high_watermark, offset)
+        if self.log_keeps_high_watermark:
+            self.log.high_watermark = self.high_watermark
 
     @property
     def is_leader(self) -> bool:

@@ -201,7 +201,7 @@ class ReplicaManager:
         if end > offset:
             log.info("%s: truncated from %d to %d", partition.name, end, offset)
             partition.producers = rebuild_producer_state(partition.name, partition.log)
-            partition.high_watermark = min(partition.high_watermark, offset)
+            partition.lower_high_watermark(offset)
 
     def _update_fetchers(self, following: dict[Partition, int]) -> None:
         wanted: dict[tuple[int, int], set[Partition]] = {}

@@ -117,7 +117,7 @@ def test_sigkilled_and_paused_leaders_lose_no_acknowledged_record(brokkr_zookeep
             leader, _ = wait_for("a leader", lambda: state(admin))
             victim = nodes[leader - 1]
             victim.kill()
-            wait_for("a new leader", lambda old=leader: (s := state(admin)) and s[0] != old, timeout=30)
+            wait_for("a new leader", lambda old=leader: (s := state(admin)) and s[0] != old, timeout=60)
             produce_for(0.3)
             victim.start()
             wait_for("the ISR to heal", lambda: (s := state(admin)) and len(s[1]) == 3, timeout=60)

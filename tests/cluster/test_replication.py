@@ -295,3 +295,30 @@ def test_kafka_python_and_aiokafka_against_a_cluster(brokkr_cluster):
         return got
 
     assert sorted(asyncio.run(consume())) == [b"%05d" % i for i in range(90)]
+
+
+def test_high_watermarks_are_checkpointed_in_kafkas_format_and_restored(
+    brokkr_broker_factory, brokkr_zookeeper, tmp_path
+):
+    def start(n: int):
+        config = {"node.id": n, "zookeeper.connect": brokkr_zookeeper, "log.dirs": str(tmp_path / f"b{n}"), **CLUSTER}
+        return brokkr_broker_factory(config)
+
+    brokers = [start(1), start(2)]
+    create(brokers, "hw", 1, 2)
+    producer = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all"})
+    for i in range(10):
+        producer.produce("hw", b"%d" % i)
+    assert producer.flush(DEADLINE) == 0
+    wait_for(
+        "both high watermarks at 10",
+        lambda: all(b.call(lambda b=b: b.broker.partition("hw", 0).high_watermark) == 10 for b in brokers),
+    )
+    for b in brokers:
+        b.stop()
+    for n in (1, 2):
+        lines = (tmp_path / f"b{n}" / "replication-offset-checkpoint").read_text().splitlines()
+        assert lines[0] == "0" and "hw 0 10" in lines[2:] and int(lines[1]) == len(lines) - 2
+    again = start(1)  # alone: a follower of nobody, it still knows what was committed
+    partition = wait_for("the replica reopened", lambda: again.broker.partition("hw", 0))
+    assert again.call(lambda: partition.high_watermark) == 10

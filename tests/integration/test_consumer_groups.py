@@ -172,12 +172,14 @@ def test_committed_offsets_survive_a_restart_and_a_sigkill(brokkr_broker_factory
     produce(bootstrap, topic_name, 0, 40)
 
     def consume(n: int) -> list[bytes]:
-        m = Member(bootstrap, "durable", topic_name)
+        # A member of an earlier run whose LeaveGroup was lost holds the next rebalance up
+        # for its session timeout: keep it short so that the test stays bounded.
+        m = Member(bootstrap, "durable", topic_name, **{"session.timeout.ms": 6000})
         try:
-            run_until([m], lambda: len(m.seen) >= n, f"{n} records")
+            run_until([m], lambda: len(m.seen) >= n, f"{n} records", timeout=60)
             return [v for _, _, v in m.seen]
         finally:
-            assert m.close() < 5
+            assert m.close() < 10
 
     first = consume(10)
     broker.stop()

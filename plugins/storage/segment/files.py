@@ -47,6 +47,7 @@ LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
 PARTITION_METADATA = "partition.metadata"

@@ -40,7 +40,13 @@ class InconsistentTopicId(Exception):
 
 
 class SegmentLog:
-    """Satisfies :class:`brokkr.core.log.PartitionLog`."""
+    """Satisfies :class:`brokkr.core.log.PartitionLog`.
+
+    ``high_watermark`` is the partition's high watermark as the broker last set it (None
+    until then, or as read from ``replication-offset-checkpoint`` at open); the storage
+    writes it to that checkpoint, Kafka's record of it across restarts."""
+
+    high_watermark: int | None = None
 
     def __init__(
         self,

@@ -46,6 +46,9 @@ class SegmentStorage:
         self.recovery_points: dict[Path, dict[tuple[str, int], int]] = {}
         self.start_offsets: dict[Path, dict[tuple[str, int], int]] = {}
         self.cleaner_offsets: dict[Path, dict[tuple[str, int], int]] = {}
+        #: replication-offset-checkpoint: each partition's high watermark, as last set on its
+        #: log by the broker (``SegmentLog.high_watermark``).
+        self.high_watermarks: dict[Path, dict[tuple[str, int], int]] = {}
         self.cleaner = LogCleaner(config, codecs)
         self.found: dict[tuple[str, int], Path] = {}  # partition directories on disk
         self.adopted_epochs: dict[tuple[str, int], int] = {}  # leader epochs from Kafka's metadata log
@@ -68,10 +71,12 @@ class SegmentStorage:
             self.recovery_points[d] = files.read_offset_checkpoint(d / files.RECOVERY_POINT_CHECKPOINT)
             self.start_offsets[d] = files.read_offset_checkpoint(d / files.LOG_START_CHECKPOINT)
             self.cleaner_offsets[d] = files.read_offset_checkpoint(d / files.CLEANER_CHECKPOINT)
+            self.high_watermarks[d] = files.read_offset_checkpoint(d / files.REPLICATION_CHECKPOINT)
         except files.CorruptFile as exc:
             log.warning("%s; recovering every partition in %s from its start", exc, d)
             self.clean[d] = False
             self.recovery_points[d], self.start_offsets[d], self.cleaner_offsets[d] = {}, {}, {}
+            self.high_watermarks[d] = {}
         # From here on, until close() writes it again, a crash means an unclean start.
         marker.unlink(missing_ok=True)
         for path in d.iterdir():
@@ -178,6 +183,7 @@ class SegmentStorage:
             clean=self.clean[d],
             cleaner_offset=self.cleaner_offsets[d].get(key, 0),
         )
+        plog.high_watermark = self.high_watermarks[d].get(key)
         if key in self.adopted_epochs:
             plog.assign_epoch(self.adopted_epochs.pop(key))
         self.logs[d][key] = plog
@@ -201,6 +207,8 @@ class SegmentStorage:
             _write_checkpoint(d / files.LOG_START_CHECKPOINT, kept, self.start_offsets[d], starts)
             cleaned = ((k, p.first_dirty) for k, p in live if p.first_dirty)
             _write_checkpoint(d / files.CLEANER_CHECKPOINT, kept, self.cleaner_offsets[d], cleaned)
+            replicated = ((k, p.high_watermark) for k, p in live if p.high_watermark is not None)
+            _write_checkpoint(d / files.REPLICATION_CHECKPOINT, kept, self.high_watermarks[d], replicated)
 
     def clean_logs(self) -> None:
         """Start cleaning the compacted logs that need it (called by the broker's
