@@ -240,6 +240,27 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef("num.replica.fetchers", I, 1, "Fetchers a follower runs per leader broker.", validator=at_least(1)),
     ConfigDef(
+        "auto.leader.rebalance.enable",
+        B,
+        True,
+        "On a cluster, the controller moves leaders back to their preferred replicas when a broker's share of "
+        "partitions led elsewhere exceeds leader.imbalance.per.broker.percentage.",
+    ),
+    ConfigDef(
+        "leader.imbalance.check.interval.seconds",
+        L,
+        300,
+        "How often the controller checks for leader imbalance.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "leader.imbalance.per.broker.percentage",
+        I,
+        10,
+        "The share (percent) of a broker's preferred partitions led elsewhere that triggers a rebalance.",
+        validator=at_least(0),
+    ),
+    ConfigDef(
         "controlled.shutdown.enable",
         B,
         True,

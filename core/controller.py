@@ -12,6 +12,12 @@ machine): run by whichever broker the membership elected, after every cluster ch
 
 Every write names the version read; a write that loses a race is retried on the next
 change, with the state as it then is.
+
+Leaders also move back to each partition's preferred replica (the first of its
+assignment): on request (ElectLeaders, :func:`elect`), and with
+``auto.leader.rebalance.enable`` every ``leader.imbalance.check.interval.seconds`` for a
+broker whose share of partitions not led by their preferred replica exceeds
+``leader.imbalance.per.broker.percentage`` (Kafka's defaults: on, 300 s, 10 %).
 """
 
 from __future__ import annotations
@@ -20,17 +26,38 @@ import logging
 from typing import TYPE_CHECKING
 
 from .cluster import PartitionState
+from .errors import ErrorCode
 
 if TYPE_CHECKING:
     from .replication import ReplicaManager
 
 log = logging.getLogger("brokkr.controller")
 NO_LEADER = -1
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election types
 
 
 class Controller:
     def __init__(self, manager: ReplicaManager):
         self.manager = manager
+        self._last_balance = 0.0
+
+    async def rebalance_leaders(self, now: float) -> None:
+        """auto.leader.rebalance.enable: every leader.imbalance.check.interval.seconds."""
+        config = self.manager.broker.config
+        if not config["auto.leader.rebalance.enable"]:
+            return
+        if now - self._last_balance < config["leader.imbalance.check.interval.seconds"]:
+            return
+        self._last_balance = now
+        m = self.manager.membership
+        moves = imbalanced(
+            m.topics(), m.partition_state, set(m.brokers()), config["leader.imbalance.per.broker.percentage"]
+        )
+        for name, index in moves:
+            state = m.partition_state(name, index)
+            new, error = elect(PREFERRED, m.topics()[name].replicas[index], state, set(m.brokers()), m.controller_epoch)
+            if new is not None and await m.write_partition_state(name, index, new) is not None:
+                log.info("%s-%d: preferred leader %d back at epoch %d", name, index, new.leader, new.leader_epoch)
 
     async def reconcile(self) -> None:
         m = self.manager.membership
@@ -73,3 +100,49 @@ class Controller:
         leader = candidates[0]
         isr = tuple(r for r in state.isr if r in live)
         return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch, state.version)
+
+
+def elect(
+    election_type: int, replicas: tuple[int, ...], state: PartitionState, live: set[int], controller_epoch: int
+) -> tuple[PartitionState | None, ErrorCode]:
+    """An election asked for (ElectLeaders): the state to write, or why there is none.
+    Preferred: the first replica, if live and in sync. Unclean: only for a partition with
+    no live leader, the first live replica, with a new ISR of itself."""
+    if election_type == PREFERRED:
+        preferred = replicas[0]
+        if state.leader == preferred:
+            return None, ErrorCode.ELECTION_NOT_NEEDED
+        if preferred not in live or preferred not in state.isr:
+            return None, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+        return PartitionState(
+            preferred, state.leader_epoch + 1, state.isr, controller_epoch, state.version
+        ), ErrorCode.NONE
+    if state.leader in live:
+        return None, ErrorCode.ELECTION_NOT_NEEDED
+    alive = [r for r in replicas if r in live]
+    if not alive:
+        return None, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    in_sync = [r for r in alive if r in state.isr]
+    leader = (in_sync or alive)[0]
+    isr = state.isr if in_sync else (leader,)
+    return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch, state.version), ErrorCode.NONE
+
+
+def imbalanced(topics, states, live: set[int], percentage: int) -> list[tuple[str, int]]:
+    """Partitions to move back to their preferred replica: those of each live preferred
+    broker whose share of not-preferred-led partitions is above ``percentage``, and whose
+    preferred replica is in sync (Kafka's checkAndTriggerAutoLeaderRebalance)."""
+    by_preferred: dict[int, list[tuple[str, int, bool]]] = {}
+    for name, assignment in topics.items():
+        for index, replicas in assignment.replicas.items():
+            state = states(name, index)
+            if state is not None and replicas:
+                by_preferred.setdefault(replicas[0], []).append((name, index, state.leader == replicas[0]))
+    out = []
+    for broker, partitions in by_preferred.items():
+        if broker not in live:
+            continue
+        off = [(n, i) for n, i, ok in partitions if not ok]
+        if off and 100 * len(off) / len(partitions) > percentage:
+            out.extend((n, i) for n, i in off if broker in states(n, i).isr)
+    return out

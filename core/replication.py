@@ -132,6 +132,7 @@ class ReplicaManager:
             try:
                 if self.membership.controller_id == self.node_id:
                     await self.controller.reconcile()
+                    await self.controller.rebalance_leaders(time.monotonic())
                 self.apply()
             except Exception:
                 log.exception("applying the cluster state failed; retrying")
@@ -262,6 +263,8 @@ class ReplicaManager:
     async def _check_isr_loop(self) -> None:
         while True:
             await asyncio.sleep(max(self.lag_time_s / 2, 0.05))
+            if self.membership.controller_id == self.node_id:
+                self._dirty.set()  # the controller's periodic work (leader rebalance) runs on apply
             now = time.monotonic()
             for topic in list(self.broker.topics.values()):
                 for partition in topic.partitions:

@@ -99,7 +99,7 @@ def test_unsupported_api_versions_version_answers_v0_with_the_supported_list(bro
 def test_api_versions_lists_only_what_is_served(brokkr_broker):
     with RawClient(brokkr_broker.bootstrap_servers) as c:
         response = c.request(API_VERSIONS, 0, API_VERSIONS_REQ())
-    core = {0, 1, 2, 3, 17, 18, 19, 20, 21, 22, 29, 30, 31, 32, 33, 35, 36, 37, 44, 48, 49, 50, 51, 60, 75}
+    core = {0, 1, 2, 3, 17, 18, 19, 20, 21, 22, 29, 30, 31, 32, 33, 35, 36, 37, 43, 44, 48, 49, 50, 51, 60, 75}
     groups = {8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47}  # the built-in group coordinator plugin
     assert {k.api_key for k in response.api_keys} == core | groups
 
@@ -382,3 +382,40 @@ def test_auto_create_disabled(brokkr_broker):
             c.request(METADATA, 4, metadata_body("fresh")).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
     assert "fresh" not in brokkr_broker.broker.topics
+
+
+def test_elect_leaders_alone_has_nothing_to_elect(brokkr_broker, topic):
+    spec = request_spec(43)
+    tps = spec.struct("TopicPartitions")
+    body = spec.cls(election_type=0, topic_partitions=[tps(topic=topic, partitions=[0, 9])], timeout_ms=1000)
+    with RawClient(brokkr_broker.bootstrap_servers) as c:
+        response = c.request(43, 2, body)
+        everything = c.request(43, 2, spec.cls(election_type=0, topic_partitions=None, timeout_ms=1000))
+        bad = c.request(43, 2, spec.cls(election_type=5, topic_partitions=[], timeout_ms=1000))
+    (result,) = response.replica_election_results
+    assert [(p.partition_id, p.error_code) for p in result.partition_result] == [
+        (0, ErrorCode.ELECTION_NOT_NEEDED),
+        (9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ]
+    assert everything.replica_election_results == [] and bad.error_code == ErrorCode.INVALID_REQUEST
+
+
+class DenyAlterCluster:
+    @hookimpl
+    def brokkr_authorize(self, actions):
+        from brokkr.core.authorization import AclOperation, AuthorizationResult, ResourceType
+
+        return [
+            AuthorizationResult.DENIED
+            if a.resource_type == ResourceType.CLUSTER and a.operation == AclOperation.ALTER
+            else AuthorizationResult.ALLOWED
+            for a in actions
+        ]
+
+
+def test_elect_leaders_needs_alter_on_the_cluster(brokkr_broker_factory):
+    broker = brokkr_broker_factory(plugins=(DenyAlterCluster(),))
+    spec = request_spec(43)
+    with RawClient(broker.bootstrap_servers) as c:
+        response = c.request(43, 1, spec.cls(election_type=0, topic_partitions=None, timeout_ms=1000))
+    assert response.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED

@@ -34,6 +34,7 @@ _MODULES = (
     "describe_log_dirs",
     "describe_cluster",
     "describe_topic_partitions",
+    "elect_leaders",
 )
 
 

@@ -322,3 +322,33 @@ def test_high_watermarks_are_checkpointed_in_kafkas_format_and_restored(
     again = start(1)  # alone: a follower of nobody, it still knows what was committed
     partition = wait_for("the replica reopened", lambda: again.broker.partition("hw", 0))
     assert again.call(lambda: partition.high_watermark) == 10
+
+
+@pytest.mark.parametrize("auto", [False, True])
+def test_leadership_returns_to_the_preferred_replica(brokkr_cluster, brokkr_broker_factory, brokkr_zookeeper, auto):
+    from confluent_kafka import ElectionType
+
+    settings = {"auto_leader_rebalance_enable": auto, "leader_imbalance_check_interval_seconds": 1}
+    brokers = brokkr_cluster(3, **settings)
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    admin.create_topics([NewTopic("e", 1, replica_assignment=[[1, 2, 3]])])["e"].result(DEADLINE)
+    wait_for("broker 1 to lead", lambda: (m := leaders(brokers, "e", 1)) and m[0][0] == 1)
+    config = {k: brokers[0].broker.config[k] for k in ("node.id", "zookeeper.connect", "log.dirs")}
+    brokers[0].stop()
+    alive = brokers[1:]
+    assert leaders(alive, "e", 1)[0][0] in (2, 3)
+    back = brokkr_broker_factory(
+        {
+            **config,
+            "log.dirs": ",".join(config["log.dirs"]),
+            **CLUSTER,
+            **{k.replace("_", "."): v for k, v in settings.items()},
+        }
+    )
+    brokers = [back, *alive]
+    wait_for("broker 1 back in sync", lambda: (m := leaders(brokers, "e", 1)) and m[0][2] == [1, 2, 3])
+    if not auto:
+        admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+        result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("e", 0)]).result(DEADLINE)
+        assert [err for err in result.values()] == [None]
+    wait_for("broker 1 to lead again", lambda: (m := leaders(brokers, "e", 1)) and m[0][0] == 1)
