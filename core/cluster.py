@@ -60,12 +60,27 @@ class PartitionState:
 
 @attrs.frozen
 class TopicAssignment:
-    """A topic as the cluster knows it: id, replicas per partition, settings."""
+    """A topic as the cluster knows it: id, replicas per partition, settings, and the
+    reassignments under way (KIP-455: while one is, ``replicas`` holds the target replicas
+    then the original ones not in the target; ``adding`` the target's new replicas,
+    ``removing`` the original ones leaving)."""
 
     name: str
     topic_id: uuid.UUID
     replicas: dict[int, tuple[int, ...]]
     configs: dict[str, str] = attrs.field(factory=dict)
+    adding: dict[int, tuple[int, ...]] = attrs.field(factory=dict)
+    removing: dict[int, tuple[int, ...]] = attrs.field(factory=dict)
+
+    def target(self, partition: int) -> tuple[int, ...]:
+        """The replicas a partition has once its reassignment (if any) completes."""
+        leaving = self.removing.get(partition, ())
+        return tuple(r for r in self.replicas[partition] if r not in leaving)
+
+    def original(self, partition: int) -> tuple[int, ...]:
+        """The replicas a partition had before its reassignment (if any) started."""
+        joining = self.adding.get(partition, ())
+        return tuple(r for r in self.replicas[partition] if r not in joining)
 
 
 class ClusterListener(Protocol):

@@ -8,7 +8,8 @@ machine): run by whichever broker the membership elected, after every cluster ch
   Kafka's default and the only election brokkr makes, so no acknowledged record is lost);
   the leader epoch goes up by one. With no such replica the partition is offline (leader
   -1, the ISR kept) until one comes back.
-- Replicas that are not live leave the ISR of partitions whose leader is.
+- Replicas that are not live, or no longer replicas (a reassignment completed), leave
+  the ISR of partitions whose leader is.
 
 Every write names the version read; a write that loses a race is retried on the next
 change, with the state as it then is.
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
+
+import attrs
 
 from .cluster import PartitionState
 from .errors import ErrorCode
@@ -63,6 +66,10 @@ class Controller:
         m = self.manager.membership
         live = set(m.brokers())
         for name, assignment in list(m.topics().items()):
+            for index in sorted(set(assignment.adding) | set(assignment.removing)):
+                current = m.topics().get(name)  # each completion rewrites the topic
+                if current is not None:
+                    await self._complete_reassignment(current, index, live)
             for index, replicas in assignment.replicas.items():
                 state = m.partition_state(name, index)
                 new = self.decide(replicas, state, live, m.controller_epoch)
@@ -78,6 +85,30 @@ class Controller:
                             list(new.isr),
                         )
 
+    async def _complete_reassignment(self, assignment, index: int, live: set[int]) -> None:
+        """Once every target replica is in sync: the leader moves into the target if it is
+        leaving, the leaving replicas leave the ISR, then the assignment drops them."""
+        m = self.manager.membership
+        state = m.partition_state(assignment.name, index)
+        target = assignment.target(index)
+        if state is None or not set(target) <= set(state.isr):
+            return
+        isr = tuple(r for r in state.isr if r in target)
+        if state.leader not in target:
+            candidates = [r for r in target if r in isr and r in live]
+            if not candidates:
+                return
+            new = PartitionState(candidates[0], state.leader_epoch + 1, isr, m.controller_epoch, state.version)
+        else:
+            new = PartitionState(state.leader, state.leader_epoch, isr, m.controller_epoch, state.version)
+        if new != state and await m.write_partition_state(assignment.name, index, new) is None:
+            return  # raced: the next change retries
+        adding = {p: r for p, r in assignment.adding.items() if p != index}
+        removing = {p: r for p, r in assignment.removing.items() if p != index}
+        replicas = {**assignment.replicas, index: target}
+        await m.update_topic(attrs.evolve(assignment, replicas=replicas, adding=adding, removing=removing))
+        log.info("%s-%d: reassigned to %s", assignment.name, index, list(target))
+
     @staticmethod
     def decide(
         replicas: tuple[int, ...], state: PartitionState | None, live: set[int], controller_epoch: int
@@ -88,7 +119,7 @@ class Controller:
             leader = alive[0] if alive else NO_LEADER
             return PartitionState(leader, 0, alive or tuple(replicas[:1]), controller_epoch, 0)
         if state.leader in live:
-            isr = tuple(r for r in state.isr if r in live)
+            isr = tuple(r for r in state.isr if r in live and r in replicas)  # a reassignment's leavers go too
             if isr == state.isr:
                 return None
             return PartitionState(state.leader, state.leader_epoch, isr, controller_epoch, state.version)

@@ -155,6 +155,8 @@ class ReplicaManager:
                 topic.config.replace(broker.config.topic_config(assignment.configs).overrides)
             for index, replicas in sorted(assignment.replicas.items()):
                 if self.node_id not in replicas:
+                    if index < len(topic.partitions) and topic.partitions[index] is not None:
+                        self._drop_replica(topic, index)  # reassigned away from this broker
                     continue
                 partition = topic.partitions[index] or broker.open_cluster_partition(topic, index)
                 partition.replicas = replicas
@@ -166,6 +168,51 @@ class ReplicaManager:
         for name in [n for n in broker.topics if n not in m.topics()]:
             broker.delete_topic(name)
         self._update_fetchers(following)
+
+    def _drop_replica(self, topic, index: int) -> None:
+        partition = topic.partitions[index]
+        if partition.is_leader:
+            self.broker.hook.brokkr_became_follower(partition=partition, broker=self.broker)
+        partition.leader_id = -1
+        self.broker.purgatory.check(partition)
+        topic.partitions[index] = None
+        partition.log.delete()
+        log.info("%s: replica removed from this broker", partition.name)
+
+    async def reassign(self, name: str, index: int, target: tuple[int, ...] | None) -> None:
+        """AlterPartitionReassignments for one partition (raises BrokkrError): start moving it
+        to ``target`` (its new replicas join, catch up and enter the ISR; the controller then
+        drops the leaving ones), or with None cancel the reassignment under way."""
+        current = self.membership.topics().get(name)
+        if current is None or index not in current.replicas:
+            raise BrokkrError(f"Topic partition {name}-{index} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        original = current.original(index)
+        adding, removing = dict(current.adding), dict(current.removing)
+        if target is None:
+            if index not in adding and index not in removing:
+                raise BrokkrError(
+                    f"No reassignment in progress for {name}-{index}.", ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+                )
+            replicas = original
+            adding.pop(index, None)
+            removing.pop(index, None)
+        else:
+            live = set(self.membership.brokers())
+            if not target or len(set(target)) != len(target) or not set(target) <= live:
+                raise BrokkrError(
+                    f"The replica assignment {list(target)} is empty, repeats a broker or names brokers that are not "
+                    f"live ({sorted(live)})",
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                )
+            replicas = tuple(target) + tuple(r for r in original if r not in target)
+            adding[index] = tuple(r for r in target if r not in original)
+            removing[index] = tuple(r for r in original if r not in target)
+            for moves in (adding, removing):
+                if not moves[index]:
+                    del moves[index]
+        await self.membership.update_topic(
+            attrs.evolve(current, replicas={**current.replicas, index: replicas}, adding=adding, removing=removing)
+        )
 
     def _apply_state(self, partition: Partition, state: PartitionState) -> None:
         if state.leader_epoch < partition.leader_epoch and partition.state_version:

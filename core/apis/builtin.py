@@ -35,6 +35,8 @@ _MODULES = (
     "describe_cluster",
     "describe_topic_partitions",
     "elect_leaders",
+    "alter_partition_reassignments",
+    "list_partition_reassignments",
 )
 
 

@@ -283,6 +283,8 @@ class ZooKeeperMembership:
             parse_kafka_uuid(raw["topic_id"]) if "topic_id" in raw else uuid.uuid4(),
             {int(p): tuple(r) for p, r in raw["partitions"].items()},
             configs,
+            {int(p): tuple(r) for p, r in raw.get("adding_replicas", {}).items()},
+            {int(p): tuple(r) for p, r in raw.get("removing_replicas", {}).items()},
         )
         for p in topics[name].replicas:
             self._read_state(name, p, states)
@@ -409,8 +411,8 @@ def _topic_znodes(assignment: TopicAssignment) -> tuple[bytes, bytes]:
         "version": 3,
         "topic_id": kafka_uuid(assignment.topic_id),
         "partitions": {str(p): list(r) for p, r in sorted(assignment.replicas.items())},
-        "adding_replicas": {},
-        "removing_replicas": {},
+        "adding_replicas": {str(p): list(r) for p, r in sorted(assignment.adding.items())},
+        "removing_replicas": {str(p): list(r) for p, r in sorted(assignment.removing.items())},
     }
     return json.dumps(topic).encode(), json.dumps({"version": 1, "config": assignment.configs}).encode()
 

@@ -352,3 +352,42 @@ def test_leadership_returns_to_the_preferred_replica(brokkr_cluster, brokkr_brok
         result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("e", 0)]).result(DEADLINE)
         assert [err for err in result.values()] == [None]
     wait_for("broker 1 to lead again", lambda: (m := leaders(brokers, "e", 1)) and m[0][0] == 1)
+
+
+def reassign(c: RawClient, version: int, moves: dict[int, list[int] | None], allow_rf_change: bool = True) -> list:
+    from brokkr.core.protocol.frames import request_spec
+
+    spec = request_spec(45)
+    topic = spec.struct("ReassignableTopic")(
+        name="mv",
+        partitions=[spec.struct("ReassignablePartition")(partition_index=p, replicas=r) for p, r in moves.items()],
+    )
+    body = spec.cls(timeout_ms=10000, allow_replication_factor_change=allow_rf_change, topics=[topic])
+    response = c.request(45, version, body)
+    return [p.error_code for p in response.responses[0].partitions]
+
+
+def test_a_partition_moves_to_new_replicas_and_keeps_its_records(brokkr_cluster):
+    from brokkr.core.protocol.frames import request_spec
+
+    brokers = brokkr_cluster(4)
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    admin.create_topics([NewTopic("mv", 2, replica_assignment=[[1, 2], [2, 1]])])["mv"].result(DEADLINE)
+    wait_for("leaders", lambda: leaders(brokers, "mv", 2))
+    producer = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all"})
+    for i in range(50):
+        producer.produce("mv", b"%05d" % i, partition=0)
+    assert producer.flush(DEADLINE) == 0
+    with RawClient(brokers[0].bootstrap_servers) as c:
+        assert reassign(c, 0, {0: [3, 4]}) == [ErrorCode.NONE]
+        assert reassign(c, 0, {1: None}) == [ErrorCode.NO_REASSIGNMENT_IN_PROGRESS]
+        assert reassign(c, 0, {1: [1, 9]}) == [ErrorCode.INVALID_REPLICA_ASSIGNMENT]
+        assert reassign(c, 1, {1: [1, 2, 3]}, allow_rf_change=False) == [ErrorCode.INVALID_REPLICATION_FACTOR]
+        moved = wait_for(
+            "the move to complete", lambda: (m := leaders(brokers, "mv", 2)) and m[0][1] == [3, 4] == m[0][2] and m
+        )
+        ongoing = c.request(46, 0, request_spec(46).cls(timeout_ms=1000, topics=None))
+    assert moved[0][0] in (3, 4) and moved[0][2] == [3, 4]
+    assert ongoing.topics == []
+    assert all(b.broker.partition("mv", 0) is None for b in brokers[:2]), "the old replicas are gone"
+    assert sorted(consume_all(brokers, "mv", 1, 50)) == [b"%05d" % i for i in range(50)]
