@@ -318,7 +318,8 @@ class Broker:
         assert self.storage is not None
         stored = StoredTopic(topic.name, topic.topic_id, len(topic.partitions), topic.config.override_strings())
         partition = Partition(topic, index, self.storage.open_log(stored, index, topic.config), self.node_id)
-        partition.leader_id = -1
+        # Nothing is known committed until the leader says so (or, as leader, the ISR's fetches).
+        partition.leader_id, partition.high_watermark = -1, partition.log.log_start_offset
         topic.partitions[index] = partition
         return partition
 

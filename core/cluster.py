@@ -87,6 +87,10 @@ class ClusterMembership(Protocol):
     async def join(self, me: BrokerInfo, listener: ClusterListener) -> None:
         """Connect, register ``me`` and fill the cache; then try to become controller."""
 
+    async def deregister(self) -> None:
+        """Stop being listed among the live brokers, still connected (a controlled shutdown:
+        the controller moves this broker's leaderships away)."""
+
     async def leave(self) -> None:
         """Deregister and disconnect (the broker is stopping)."""
 

@@ -239,6 +239,12 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
         "replica.socket.timeout.ms", I, 30000, "A follower's timeout on its leader's socket.", validator=at_least(1)
     ),
     ConfigDef("num.replica.fetchers", I, 1, "Fetchers a follower runs per leader broker.", validator=at_least(1)),
+    ConfigDef(
+        "controlled.shutdown.enable",
+        B,
+        True,
+        "On a cluster, a stopping broker first hands its leaderships to in-sync replicas.",
+    ),
     ConfigDef("log.dirs", LST, ["./data"], "Directories holding the partition logs."),
     ConfigDef("log.dir", S, None, "The log directory when log.dirs is not set (Kafka's supplemental setting)."),
     ConfigDef("auto.create.topics.enable", B, True, "Create a topic when Metadata names an unknown one."),

@@ -76,12 +76,42 @@ class ReplicaManager:
         self._dirty.set()
 
     async def stop(self) -> None:
+        if self.broker.config["controlled.shutdown.enable"]:
+            await self._controlled_shutdown()
         for task in (self._task, self._isr_task):
             if task is not None:
                 task.cancel()
         for fetcher in self.fetchers.values():
             fetcher.stop()
         await self.membership.leave()
+
+    async def _controlled_shutdown(self) -> None:
+        """Kafka's controlled shutdown: leave the live brokers first, so the controller moves
+        every leadership this broker holds to an in-sync replica, and wait until it has
+        (at most zookeeper.session.timeout.ms, what an uncontrolled stop would take)."""
+
+        def movable() -> list[str]:
+            return [
+                p.name
+                for t in self.broker.topics.values()
+                for p in t.local_partitions()
+                if p.is_leader and any(r != self.node_id and r in self.membership.brokers() for r in p.isr)
+            ]
+
+        if not movable():
+            return
+        try:
+            await self.membership.deregister()
+        except Exception as exc:
+            log.warning("controlled shutdown: leaving the live brokers failed (%s)", exc)
+            return
+        deadline = time.monotonic() + self.broker.config["zookeeper.session.timeout.ms"] / 1000
+        while (left := movable()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if left:
+            log.warning("controlled shutdown: still leading %s", left)
+        else:
+            log.info("controlled shutdown: leadership moved to other brokers")
 
     # -- ClusterListener --------------------------------------------------------------
 
@@ -141,6 +171,9 @@ class ReplicaManager:
             if not was_leader or state.leader_epoch != old_epoch:
                 partition.leader_epoch = state.leader_epoch
                 partition.leader_id = self.node_id
+                assign = getattr(partition.log, "assign_epoch", None)
+                if assign is not None:  # the new epoch starts at the log end (LeaderEpochFileCache.assign)
+                    assign(state.leader_epoch)
                 now = time.monotonic()
                 partition.follower_end = {}
                 partition.follower_caught_up = {r: now for r in state.isr if r != self.node_id}
@@ -150,17 +183,21 @@ class ReplicaManager:
             return
         if was_leader or state.leader != partition.leader_id or state.leader_epoch != old_epoch:
             partition.leader_id, partition.leader_epoch = state.leader, state.leader_epoch
-            self.truncate(partition, partition.high_watermark)
+            if leader_epochs(partition) is None:  # no epoch cache: what lies past the high watermark may diverge
+                self.truncate(partition, partition.high_watermark)
             log.info("%s: follower of %d at epoch %d", partition.name, state.leader, state.leader_epoch)
             if was_leader:
                 self.broker.hook.brokkr_became_follower(partition=partition, broker=self.broker)
             self.broker.purgatory.check(partition)  # acks=-1 waits end: this node no longer leads
 
     def truncate(self, partition: Partition, offset: int) -> None:
-        if partition.log.log_end_offset > offset:
-            log.info("%s: truncating from %d to %d", partition.name, partition.log.log_end_offset, offset)
-            partition.log.truncate_to(offset)
+        """Remove what lies at or past ``offset`` (and the leader epochs starting there)."""
+        end = partition.log.log_end_offset
+        partition.log.truncate_to(offset)
+        if end > offset:
+            log.info("%s: truncated from %d to %d", partition.name, end, offset)
             partition.producers = rebuild_producer_state(partition.name, partition.log)
+            partition.high_watermark = min(partition.high_watermark, offset)
 
     def _update_fetchers(self, following: dict[Partition, int]) -> None:
         wanted: dict[tuple[int, int], set[Partition]] = {}
@@ -184,17 +221,23 @@ class ReplicaManager:
         if records:
             data = bytearray(records)
             batches = [h for h in iter_batches_untrusted(data) if h.base_offset >= partition.log.log_end_offset]
-            if batches:
-                if batches[0].position or batches[-1].end != len(data):
-                    data = data[batches[0].position : batches[-1].end]
+            # One append per run of batches of one leader epoch, so the log's epoch cache
+            # records where each epoch starts.
+            runs: list[list] = []
+            for h in batches:
+                if runs and runs[-1][-1].leader_epoch == h.leader_epoch:
+                    runs[-1].append(h)
+                else:
+                    runs.append([h])
+            for run in runs:
                 info = partition.log.append(
-                    data,
-                    batches[0].base_offset,
-                    batches[-1].last_offset,
-                    max(h.max_timestamp for h in batches),
-                    sum(h.record_count for h in batches),
+                    data[run[0].position : run[-1].end],
+                    run[0].base_offset,
+                    run[-1].last_offset,
+                    max(h.max_timestamp for h in run),
+                    sum(h.record_count for h in run),
                 )
-                for h in batches:
+                for h in run:
                     partition.producers.update(h, h.base_offset)
                 partition.bytes_appended += info.size
                 if info.rolled is not None:
@@ -322,13 +365,19 @@ class ReplicaFetcher:
     async def _run(self) -> None:
         config = self.manager.broker.config
         backoff = config["replica.fetch.backoff.ms"] / 1000
+        failing = False
         while True:
             try:
                 await self._fetch_once(config)
+                failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.debug("fetching from broker %d failed: %s", self.leader, exc)
+                if not failing:  # said once per spell of failures
+                    log.warning(
+                        "fetching from broker %d failed: %r", self.leader, exc, exc_info=not isinstance(exc, OSError)
+                    )
+                failing = True
                 if self._client is not None:
                     self._client.close()
                     self._client = None
@@ -353,6 +402,7 @@ class ReplicaFetcher:
                     partition=p.index,
                     current_leader_epoch=p.leader_epoch,
                     fetch_offset=p.log.log_end_offset,
+                    last_fetched_epoch=last_epoch(p),
                     log_start_offset=p.log.log_start_offset,
                     partition_max_bytes=config["replica.fetch.max.bytes"],
                 )
@@ -376,7 +426,10 @@ class ReplicaFetcher:
                 partition = wanted.get((t.topic, pd.partition_index))
                 if partition is None or partition not in self.partitions or partition.is_leader:
                     continue
-                if pd.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                diverging = pd.diverging_epoch
+                if diverging is not None and (diverging.epoch >= 0 or diverging.end_offset >= 0):
+                    self._diverged(partition, diverging.epoch, diverging.end_offset)
+                elif pd.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._out_of_range(partition, pd)
                 elif pd.error_code:
                     log.debug("%s: fetch from %d answered %s", partition.name, self.leader, pd.error_code)
@@ -385,6 +438,16 @@ class ReplicaFetcher:
                         self.manager.follower_append(partition, pd.records or b"", pd.high_watermark)
                     except OffsetOutOfRange:
                         self._out_of_range(partition, pd)
+
+    def _diverged(self, partition: Partition, epoch: int, end_offset: int) -> None:
+        """The leader's log parts from ours after ``epoch`` at ``end_offset`` (KIP-320's
+        diverging epoch): keep what both logs hold, the smaller of the two ends of that epoch."""
+        if epoch < 0:
+            target = partition.high_watermark
+        else:
+            _, own_end = epoch_end_offset(partition, epoch)
+            target = min(end_offset, own_end) if own_end >= 0 else end_offset
+        self.manager.truncate(partition, max(target, partition.log.log_start_offset))
 
     def _out_of_range(self, partition: Partition, pd) -> None:
         """The leader has not our fetch offset: ahead of its log end, truncate to its high
@@ -398,3 +461,45 @@ class ReplicaFetcher:
             )
             return
         self.manager.truncate(partition, max(pd.high_watermark, partition.log.log_start_offset))
+
+
+def leader_epochs(partition: Partition) -> list[tuple[int, int]] | None:
+    """The log's (epoch, start offset) entries, or None for a log that keeps no epochs."""
+    epochs = getattr(partition.log, "leader_epochs", None)
+    return epochs() if epochs is not None else None
+
+
+def last_epoch(partition: Partition) -> int:
+    """The epoch of the log's last batch, as a follower names it in its fetch (-1: unknown)."""
+    epochs = leader_epochs(partition)
+    return epochs[-1][0] if epochs else -1
+
+
+def epoch_end_offset(partition: Partition, epoch: int) -> tuple[int, int]:
+    """Kafka's LeaderEpochFileCache.endOffsetFor: the largest epoch at or below ``epoch``
+    and the offset where it ends (the next epoch's start, or the log end); an epoch older
+    than all ends where the first starts; (-1, -1) for a log without epochs."""
+    epochs = leader_epochs(partition) or []
+    if not epochs:
+        return -1, -1
+    if epoch < epochs[0][0]:  # older than any epoch kept: it ended where the log's first epoch starts
+        return epoch, epochs[0][1]
+    for (e, _), (next_epoch, next_start) in zip(epochs, epochs[1:]):
+        if next_epoch > epoch:
+            return e, next_start
+    return epochs[-1][0], partition.log.log_end_offset
+
+
+def diverging_epoch(partition: Partition, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
+    """As the leader, whether a follower's log parts from ours: it last fetched in
+    ``last_fetched_epoch`` and is at ``fetch_offset``. Returns (epoch, end offset) to
+    truncate by when that epoch ended earlier here, or is unknown; else None."""
+    epochs = leader_epochs(partition)
+    if last_fetched_epoch < 0 or not epochs:
+        return None
+    if last_fetched_epoch > epochs[-1][0]:  # an epoch this leader never had: keep what our latest holds
+        return epochs[-1][0], partition.log.log_end_offset
+    epoch, end = epoch_end_offset(partition, last_fetched_epoch)
+    if epoch != last_fetched_epoch or end < fetch_offset:
+        return epoch, end
+    return None

@@ -11,13 +11,27 @@ Fixtures:
     ``brokkr_broker_factory(config=None, plugins=())`` starts further brokers with your
     settings and plugins (all stopped after the test).
 
+``brokkr_cluster``
+    ``brokkr_cluster(n=3, **settings)`` starts brokers 1..n that form one cluster on a real
+    ZooKeeper (Debian's ``zookeeper`` package, started once per test session in a
+    temporary directory; each test gets a chroot of its own) and returns them.
+    ``brokkr_zookeeper`` is that test's ``zookeeper.connect``. Skipped where ZooKeeper,
+    Java or kazoo is missing.
+
 Mark a test ``@pytest.mark.brokkr_config(key=value, ...)`` to pass settings to
 ``brokkr_broker`` (dots are written as underscores: ``num_partitions=3``).
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +39,7 @@ import pytest
 from .broker import BrokerThread
 from .client import RawClient
 
-__all__ = ["RawClient", "brokkr_broker", "brokkr_broker_factory"]
+__all__ = ["RawClient", "brokkr_broker", "brokkr_broker_factory", "brokkr_cluster", "brokkr_zookeeper"]
 
 EPHEMERAL = "PLAINTEXT://127.0.0.1:0"
 
@@ -55,3 +69,89 @@ def brokkr_broker(request: pytest.FixtureRequest, brokkr_broker_factory: Any) ->
     marker = request.node.get_closest_marker("brokkr_config")
     config = {k.replace("_", "."): v for k, v in (marker.kwargs if marker else {}).items()}
     return brokkr_broker_factory(config)
+
+
+# -- clusters on ZooKeeper ---------------------------------------------------------------
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+#: Settings of test clusters: sessions and ISR changes in seconds, not tens of seconds.
+CLUSTER_SETTINGS = {
+    "zookeeper.session.timeout.ms": 4000,
+    "replica.lag.time.max.ms": 3000,
+    "replica.fetch.backoff.ms": 100,
+    "group.initial.rebalance.delay.ms": 0,
+}
+_chroots = itertools.count()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def brokkr_zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """host:port of a standalone ZooKeeper for the test session (tickTime 500 ms, so
+    sessions may be as short as a second)."""
+    pytest.importorskip("kazoo")
+    if not ZOOKEEPER_JAR.exists() or shutil.which("java") is None:
+        pytest.skip("ZooKeeper is not installed (apt-get install zookeeper)")
+    data, port = tmp_path_factory.mktemp("zookeeper"), free_port()
+    proc = subprocess.Popen(
+        ["java", "-Dzookeeper.admin.enableServer=false", "-cp", f"/etc/zookeeper/conf:{ZOOKEEPER_JAR}",
+         "org.apache.zookeeper.server.ZooKeeperServerMain", str(port), str(data), "500"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not _answers_srvr(port):
+            assert proc.poll() is None and time.monotonic() < deadline, "ZooKeeper did not start"
+            time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def _answers_srvr(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"srvr")
+            return b"Zookeeper version" in s.recv(4096)
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def brokkr_zookeeper(brokkr_zookeeper_server: str) -> str:
+    """``zookeeper.connect`` for one test: the session's server, under a chroot of its own."""
+    from kazoo.client import KazooClient
+
+    chroot = f"/brokkr-{os.getpid()}-{next(_chroots)}"
+    zk = KazooClient(hosts=brokkr_zookeeper_server)
+    zk.start(timeout=10)
+    try:
+        zk.ensure_path(chroot)
+    finally:
+        zk.stop()
+        zk.close()
+    return brokkr_zookeeper_server + chroot
+
+
+@pytest.fixture
+def brokkr_cluster(brokkr_broker_factory: Any, brokkr_zookeeper: str, tmp_path_factory: pytest.TempPathFactory):
+    """``brokkr_cluster(n=3, **settings)``: brokers 1..n of one cluster (dots in setting
+    names written as underscores), stopped after the test."""
+
+    def start(n: int = 3, plugins: tuple = (), **settings: Any) -> list[BrokerThread]:
+        root = tmp_path_factory.mktemp("brokkr-cluster")
+        brokers = []
+        for node in range(1, n + 1):
+            config = {"node.id": node, "zookeeper.connect": brokkr_zookeeper, "log.dirs": str(root / f"b{node}")}
+            config.update(CLUSTER_SETTINGS)
+            config.update({k.replace("_", "."): v for k, v in settings.items()})
+            brokers.append(brokkr_broker_factory(config, plugins))
+        return brokers
+
+    return start

@@ -17,6 +17,7 @@ from ..delayed import DelayedOperation
 from ..errors import ErrorCode
 from ..log import OffsetOutOfRange
 from ..protocol.frames import response_spec
+from ..replication import diverging_epoch
 from . import Api
 from .common import leader_epoch_error, partition_of, resolve_topic
 
@@ -27,6 +28,7 @@ _R = response_spec(KEY)
 FetchResponse = _R.cls
 FetchableTopicResponse = _R.struct("FetchableTopicResponse")
 PartitionData = _R.struct("PartitionData")
+EpochEndOffset = _R.struct("EpochEndOffset")
 
 
 def _error(index: int, code: ErrorCode) -> PartitionData:
@@ -91,6 +93,7 @@ async def handle(broker, ctx, request):
         allowed = broker.authorize_topics(ctx, AclOperation.READ, names)
 
     plan = []  # (request topic, topic, [(request partition, partition, error)])
+    divergent: dict[int, EpochEndOffset] = {}  # a follower's log parts from ours (by id of its FetchPartition)
     has_error = False
     for t, topic, code in resolved:
         name = topic.name if topic else t.topic
@@ -105,13 +108,21 @@ async def handle(broker, ctx, request):
                 if partition is not None:
                     err = leader_epoch_error(partition, fp.current_leader_epoch)
                 if not err and replica >= 0:
-                    broker.replicas.follower_fetched(partition, replica, fp.fetch_offset)
+                    diverging = diverging_epoch(partition, fp.last_fetched_epoch, fp.fetch_offset)
+                    if diverging is not None:
+                        divergent[id(fp)] = EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
+                    else:
+                        broker.replicas.follower_fetched(partition, replica, fp.fetch_offset)
             has_error = has_error or bool(err)
             items.append((fp, partition, err))
         plan.append((t, topic, items))
 
     follower = replica >= 0
+    if divergent:  # such a follower gets where to truncate to, and no records
+        plan = [(t, topic, [(fp, p, e) for fp, p, e in items if id(fp) not in divergent]) for t, topic, items in plan]
     responses, total = _read_all(broker, plan, min(request.max_bytes, broker.config["fetch.max.bytes"]), follower)
+    if divergent:
+        _add_divergent(request, responses, divergent, broker)
     watched = {p for _, _, items in plan for _, p, err in items if p is not None and not err}
     if total < request.min_bytes and request.max_wait_ms > 0 and watched and not has_error:
         start = {p: p.bytes_appended for p in watched}
@@ -124,6 +135,24 @@ async def handle(broker, ctx, request):
 
     throttle = broker.throttle_ms(ctx, "fetch", total)
     return FetchResponse(throttle_time_ms=throttle, error_code=ErrorCode.NONE, session_id=0, responses=responses)
+
+
+def _add_divergent(request, responses, divergent: dict, broker) -> None:
+    by_topic = {(r.topic, r.topic_id): r for r in responses}
+    for t in request.topics:
+        for fp in t.partitions:
+            if id(fp) in divergent:
+                partition = broker.partition(t.topic, fp.partition) if t.topic else None
+                by_topic[(t.topic, t.topic_id)].partitions.append(
+                    PartitionData(
+                        partition_index=fp.partition,
+                        error_code=ErrorCode.NONE,
+                        high_watermark=partition.high_watermark if partition else -1,
+                        log_start_offset=partition.log.log_start_offset if partition else -1,
+                        diverging_epoch=divergent[id(fp)],
+                        records=b"",
+                    )
+                )
 
 
 def _replica_id(request, version: int) -> int:

@@ -110,6 +110,10 @@ class ZooKeeperMembership:
         self._me, self._listener, self._loop = me, listener, asyncio.get_running_loop()
         await self._call(self._join)
 
+    async def deregister(self) -> None:
+        assert self._me is not None
+        await self._call(self.zk.delete, f"/brokers/ids/{self._me.node_id}")
+
     async def leave(self) -> None:
         self._closing = True
         await self._call(self._leave)

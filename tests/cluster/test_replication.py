@@ -12,11 +12,10 @@ import pytest
 from brokkr.core.client import RawClient
 from brokkr.core.errors import ErrorCode
 from brokkr.core.plugins import hookimpl
+from brokkr.core.testing import CLUSTER_SETTINGS as CLUSTER
 
 from tests.serve import Served
 from tests.wire import PRODUCE, batch, produce_body
-
-from .conftest import CLUSTER
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
@@ -95,8 +94,8 @@ class Leadership:
         self.became.append((partition.topic.name, partition.index, "follower"))
 
 
-def test_brokers_register_elect_a_controller_and_replicate(cluster):
-    brokers = cluster(3)
+def test_brokers_register_elect_a_controller_and_replicate(brokkr_cluster):
+    brokers = brokkr_cluster(3)
     admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap_servers})
     md = wait_for("three brokers", lambda: (m := admin.list_topics(timeout=10)) and len(m.brokers) == 3 and m)
     assert sorted(md.brokers) == [1, 2, 3] and md.controller_id in (1, 2, 3)
@@ -121,8 +120,8 @@ def test_brokers_register_elect_a_controller_and_replicate(cluster):
     assert response.responses[0].partition_responses[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
-def test_a_leaders_loss_moves_leadership_and_loses_no_acknowledged_record(cluster):
-    brokers = cluster(3)
+def test_a_leaders_loss_moves_leadership_and_loses_no_acknowledged_record(brokkr_cluster):
+    brokers = brokkr_cluster(3)
     create(brokers, "f", 2, 3, min_insync_replicas=2)
     acked: list[bytes] = []
     errors: list = []
@@ -150,8 +149,8 @@ def test_a_leaders_loss_moves_leadership_and_loses_no_acknowledged_record(cluste
     assert sorted(got) == sorted(acked) == [b"%05d" % i for i in range(1000)], "every record once"
 
 
-def test_min_insync_replicas_refuses_acks_all_when_too_few_replicas_are_in_sync(cluster):
-    brokers = cluster(2)
+def test_min_insync_replicas_refuses_acks_all_when_too_few_replicas_are_in_sync(brokkr_cluster):
+    brokers = brokkr_cluster(2)
     placed = create(brokers, "m", 1, 2, min_insync_replicas=2)
     follower = next(b for b in brokers if b.broker.node_id != placed[0][0])
     leader = next(b for b in brokers if b is not follower)
@@ -164,14 +163,14 @@ def test_min_insync_replicas_refuses_acks_all_when_too_few_replicas_are_in_sync(
     assert one.responses[0].partition_responses[0].error_code == 0, "acks=1 needs the leader only"
 
 
-def test_a_sigkilled_leader_is_replaced_after_its_session_expires(cluster, zookeeper, tmp_path):
-    brokers = cluster(2)
+def test_a_sigkilled_leader_is_replaced_after_its_session_expires(brokkr_cluster, brokkr_zookeeper, tmp_path):
+    brokers = brokkr_cluster(2)
     served = Served(
         *(
             f"--override={k}={v}"
             for k, v in {
                 "node.id": 3,
-                "zookeeper.connect": zookeeper,
+                "zookeeper.connect": brokkr_zookeeper,
                 "log.dirs": str(tmp_path / "b3"),
                 "listeners": "PLAINTEXT://127.0.0.1:0",
                 **CLUSTER,
@@ -200,11 +199,11 @@ def test_a_sigkilled_leader_is_replaced_after_its_session_expires(cluster, zooke
     assert sorted(consume_all(brokers, "k", 1, 100)) == [b"%05d" % i for i in range(100)]
 
 
-def test_consumer_groups_and_leadership_hooks_on_a_cluster(brokkr_broker_factory, zookeeper, tmp_path):
+def test_consumer_groups_and_leadership_hooks_on_a_cluster(brokkr_broker_factory, brokkr_zookeeper, tmp_path):
     hooks = [Leadership() for _ in range(3)]
     brokers = [
         brokkr_broker_factory(
-            {"node.id": n, "zookeeper.connect": zookeeper, "log.dirs": str(tmp_path / f"b{n}"), **CLUSTER},
+            {"node.id": n, "zookeeper.connect": brokkr_zookeeper, "log.dirs": str(tmp_path / f"b{n}"), **CLUSTER},
             plugins=[hooks[n - 1]],
         )
         for n in (1, 2, 3)
@@ -234,3 +233,16 @@ def test_consumer_groups_and_leadership_hooks_on_a_cluster(brokkr_broker_factory
     led = {(t, p) for h in hooks for t, p, what in h.became if what == "leader"}
     assert {("g", p) for p in range(3)} <= led and ("__consumer_offsets", 0) in led
     assert json.dumps(sorted(led))  # every leadership change named a partition
+
+
+def test_a_stopping_broker_hands_over_its_leaderships_first(brokkr_cluster):
+    brokers = brokkr_cluster(3)
+    placed = create(brokers, "c", 3, 3)
+    victim_id = placed[0][0]
+    victim = next(b for b in brokers if b.broker.node_id == victim_id)
+    other = next(b for b in brokers if b is not victim)
+    victim.stop()  # controlled shutdown: returns once the controller has moved its leaderships
+    membership = other.broker.replicas.membership
+    states = other.call(lambda: [membership.partition_state("c", i) for i in range(3)])
+    assert all(s.leader not in (victim_id, -1) for s in states), states
+    assert victim_id not in other.call(lambda: set(membership.brokers()))

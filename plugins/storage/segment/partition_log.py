@@ -91,6 +91,11 @@ class SegmentLog:
         """The latest leader epoch of the leader-epoch-checkpoint (-1 when it has none)."""
         return self._epochs[-1][0] if self._epochs else -1
 
+    def leader_epochs(self) -> list[tuple[int, int]]:
+        """(epoch, start offset) of each leader epoch in the log, oldest first (Kafka's
+        leader-epoch-checkpoint entries)."""
+        return list(self._epochs)
+
     def assign_epoch(self, epoch: int) -> None:
         """Start leader epoch ``epoch`` at the log end, as a Kafka broker does when it becomes
         leader (``LeaderEpochFileCache.assign``); an epoch not above the latest is ignored."""
@@ -285,6 +290,12 @@ class SegmentLog:
 
     def truncate_to(self, offset: int) -> None:
         if offset >= self.log_end_offset:
+            # Kafka's truncateFromEnd: an epoch starting at the log end (a leader's, with no
+            # batch yet) goes even when no record does, or a follower would keep naming it.
+            kept = [(e, s) for e, s in self._epochs if s < offset]
+            if kept != self._epochs:
+                self._epochs = kept
+                files.write_leader_epochs(self._epochs_path, kept)
             return
         while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
             self._segments.pop().delete()
