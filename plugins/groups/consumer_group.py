@@ -122,16 +122,19 @@ class ConsumerGroup:
         rank = {name: i for i, name in enumerate(order)}
         return max(counts, key=lambda name: (counts[name], -rank.get(name, len(order))))
 
-    def validate_offset_commit(self, member_id: str, member_epoch: int) -> ErrorCode:
+    def validate_offset_commit(self, member_id: str, member_epoch: int, version: int = 9) -> ErrorCode:
         """Kafka's ConsumerGroup.validateOffsetCommit: with epoch < 0 anyone may commit for
-        an empty group; otherwise the member must exist with this epoch (STALE_MEMBER_EPOCH)."""
+        an empty group; otherwise the member must exist, commit with OffsetCommit v9+ and
+        its current epoch (STALE_MEMBER_EPOCH)."""
         if member_epoch < 0 and not self.members:
             return ErrorCode.NONE
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if version < 9 and member.classic_metadata is None:
+            return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
-            return ErrorCode.STALE_MEMBER_EPOCH
+            return ErrorCode.STALE_MEMBER_EPOCH if member.classic_metadata is None else ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
 
     def subscribed_topics(self) -> set[str]:
