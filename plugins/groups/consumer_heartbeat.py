@@ -17,7 +17,7 @@ import attrs
 from brokkr.core.errors import ErrorCode
 
 from . import consumer_records as rec
-from .classic import ClassicGroup
+from .classic import ClassicGroup, ClassicState
 from .consumer_group import ConsumerGroup, GroupApiError
 from .consumer_member import LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, ConsumerMember, is_subset
 
@@ -83,7 +83,7 @@ def consumer_group(groups: dict[str, Any], group_id: str, create: bool, records:
         return group
     if create and group is None:
         return ConsumerGroup(group_id)
-    if create and isinstance(group, ClassicGroup) and group.is_empty:
+    if create and isinstance(group, ClassicGroup) and group.is_empty and group.state is ClassicState.EMPTY:
         records.append(rec.classic_group_tombstone(group_id))
         return ConsumerGroup(group_id)
     if group is None:
