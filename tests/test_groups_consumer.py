@@ -193,6 +193,20 @@ def test_static_members_leave_for_now_and_come_back_with_their_partitions():
     assert "a-again" not in shard.group().members and "i-a" not in shard.group().static_members
 
 
+def test_a_static_member_that_does_not_come_back_in_its_session_is_removed():
+    shard = Shard()
+    a, b = Client(shard, instance_id="i-a"), Client(shard)
+    run([a, b])
+    a.leave(epoch=-2)
+    for _ in range(8):
+        assert shard.advance(5000) == []
+        b.beat()
+    assert shard.group().members[a.member_id].member_epoch == -2, "its partitions wait for it"
+    assert [e.member_id for e in shard.advance(5000)] == [a.member_id]
+    run([b])
+    assert b.partitions() == set(range(6)) and "i-a" not in shard.group().static_members
+
+
 def test_a_member_whose_session_expires_is_fenced_and_its_partitions_move():
     shard = Shard(session_timeout_ms=45000)
     a, b = Client(shard), Client(shard)

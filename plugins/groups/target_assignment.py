@@ -8,8 +8,13 @@ when the topics change (created, deleted, grown) the metadata differs from the s
 which bumps the group epoch and so recomputes the target assignment.
 
 Regular expressions match whole topic names (Python's ``re.fullmatch``, standing in for
-Kafka's RE2/J ``matches()``). Their resolution is a cache of the topic list, not state:
-it is not stored and, unlike Kafka (which resolves asynchronously and stores the result in
+Kafka's RE2/J ``matches()``; what does not compile is refused with
+INVALID_REGULAR_EXPRESSION). Unlike RE2, Python's engine backtracks: a pathological
+pattern can take long on a long topic name, so a principal allowed to READ a group can
+slow the coordinator with one; Kafka's RE2/J matches in linear time.
+
+Resolving them is a cache of the topic list, not state: it is not stored and, unlike
+Kafka (which resolves asynchronously and stores the result in
 ConsumerGroupRegularExpression records, a type brokkr has no schema for), it is done at
 once in the heartbeat that needs it, so a member subscribing by regex gets its partitions
 in its first answer. It is redone when the group's regexes change, when the broker's set
