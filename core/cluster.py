@@ -106,6 +106,9 @@ class ClusterMembership(Protocol):
     async def create_topic(self, assignment: TopicAssignment) -> None:
         """Store a new topic (raises BrokkrError TOPIC_ALREADY_EXISTS)."""
 
+    async def update_topic(self, assignment: TopicAssignment) -> None:
+        """Store a topic's new partitions or settings (CreatePartitions, AlterConfigs)."""
+
     async def delete_topic(self, name: str) -> None:
         """Remove a topic and its partition states."""
 

@@ -148,6 +148,10 @@ class ReplicaManager:
                 if topic is not None:
                     broker.delete_topic(name)
                 topic = broker.open_cluster_topic(assignment)
+            if len(topic.partitions) < len(assignment.replicas):  # CreatePartitions
+                topic.partitions.extend([None] * (len(assignment.replicas) - len(topic.partitions)))
+            if topic.config.override_strings() != assignment.configs:  # AlterConfigs
+                topic.config.replace(broker.config.topic_config(assignment.configs).overrides)
             for index, replicas in sorted(assignment.replicas.items()):
                 if self.node_id not in replicas:
                     continue
@@ -314,6 +318,28 @@ class ReplicaManager:
         await self.membership.create_topic(created)
         log.info("created topic %s (%s): replicas %s", name, created.topic_id, assignment)
         return created
+
+    async def add_partitions(self, name: str, count: int, assignment: dict[int, tuple[int, ...]] | None) -> None:
+        """CreatePartitions on the cluster (the count already checked): new partitions get
+        the replicas given, or as many as the first partition has, placed as Kafka places them."""
+        current = self.membership.topics()[name]
+        if assignment is None:
+            placed = self.assign_replicas(count, len(current.replicas[0]))
+            assignment = {p: placed[p] for p in range(len(current.replicas), count)}
+        await self.membership.update_topic(attrs.evolve(current, replicas={**current.replicas, **assignment}))
+        log.info("topic %s now has %d partitions", name, count)
+
+    async def alter_topic_config(self, name: str, overrides: dict[str, str], validate_only: bool) -> None:
+        """AlterConfigs of a topic on the cluster: every broker applies the stored settings."""
+        current = self.membership.topics().get(name)
+        if current is None:
+            raise BrokkrError(f"Topic {name} does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        try:
+            strings = self.broker.config.topic_config(overrides).override_strings()
+        except ConfigError as exc:
+            raise BrokkrError(str(exc), ErrorCode.INVALID_CONFIG) from None
+        if not validate_only:
+            await self.membership.update_topic(attrs.evolve(current, configs=strings))
 
     def assign_replicas(self, partitions: int, replication_factor: int) -> dict[int, tuple[int, ...]]:
         """Kafka's rack-unaware replica placement (AdminUtils.assignReplicasToBrokers): a

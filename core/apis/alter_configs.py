@@ -31,7 +31,7 @@ AlterConfigsResponse = _R.cls
 AlterConfigsResourceResponse = _R.struct("AlterConfigsResourceResponse")
 
 
-def alter_resources(broker, ctx, request, new_settings: Callable, response_cls, result_cls):
+async def alter_resources(broker, ctx, request, new_settings: Callable, response_cls, result_cls):
     """Answer an (Incremental)AlterConfigs request. ``new_settings(current, resource, defs,
     config)`` gives a resource's new settings (Kafka's strings) from its current ones (the
     topic's own, or the broker's dynamic ones) or raises BrokkrError."""
@@ -63,7 +63,10 @@ def alter_resources(broker, ctx, request, new_settings: Callable, response_cls, 
                 if any(n > 1 for n in names.values()):
                     raise BrokkrError("Error due to duplicate config keys", ErrorCode.INVALID_REQUEST)
                 settings = new_settings(topic.config.override_strings(), r, TOPIC_CONFIG_DEFS, topic.config)
-                broker.alter_topic_config(r.resource_name, settings, request.validate_only)
+                if broker.replicas is not None:  # kept by the cluster, applied by every broker
+                    await broker.replicas.alter_topic_config(r.resource_name, settings, request.validate_only)
+                else:
+                    broker.alter_topic_config(r.resource_name, settings, request.validate_only)
             elif r.resource_type == BROKER:
                 if not authorized:
                     raise BrokkrError("Authorization failed.", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
@@ -96,7 +99,7 @@ def _replace(current, resource, defs, config) -> dict[str, str]:
 
 
 async def handle(broker, ctx, request):
-    return alter_resources(broker, ctx, request, _replace, AlterConfigsResponse, AlterConfigsResourceResponse)
+    return await alter_resources(broker, ctx, request, _replace, AlterConfigsResponse, AlterConfigsResourceResponse)
 
 
 def error_response_of(response_cls, result_cls):

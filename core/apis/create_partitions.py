@@ -17,9 +17,10 @@ CreatePartitionsResponse = _R.cls
 CreatePartitionsTopicResult = _R.struct("CreatePartitionsTopicResult")
 
 
-def _check_assignments(broker, t) -> None:
+def _check_assignments(broker, t) -> dict[int, tuple[int, ...]] | None:
+    """The replicas of each new partition the request assigns (None: the broker chooses)."""
     if t.assignments is None:
-        return
+        return None
     current = len(broker.topics[t.name].partitions)
     if len(t.assignments) != t.count - current:
         raise BrokkrError(
@@ -27,19 +28,25 @@ def _check_assignments(broker, t) -> None:
             "provided.",
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
         )
+    if broker.replicas is None:
+        live, replicas = {broker.node_id}, 1
+    else:
+        membership = broker.replicas.membership
+        live, replicas = set(membership.brokers()), len(membership.topics()[t.name].replicas[0])
     for a in t.assignments:
         for broker_id in a.broker_ids:
-            if broker_id != broker.node_id:
+            if broker_id not in live:
                 raise BrokkrError(
                     f"The manual partition assignment includes broker {broker_id}, but no such broker is registered.",
                     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 )
-        if len(a.broker_ids) != 1:
+        if len(a.broker_ids) != replicas or len(set(a.broker_ids)) != replicas:
             raise BrokkrError(
                 f"The manual partition assignment includes a partition with {len(a.broker_ids)} replica(s), but "
-                "this is not consistent with previous partitions, which have 1 replica(s).",
+                f"this is not consistent with previous partitions, which have {replicas} replica(s).",
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             )
+    return {current + i: tuple(a.broker_ids) for i, a in enumerate(t.assignments)}
 
 
 async def handle(broker, ctx, request):
@@ -59,9 +66,14 @@ async def handle(broker, ctx, request):
                 raise BrokkrError("Authorization failed.", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if t.name not in broker.topics:
                 raise BrokkrError(f"The topic '{t.name}' does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            if t.count > len(broker.topics[t.name].partitions):
-                _check_assignments(broker, t)
-            broker.add_partitions(t.name, t.count, request.validate_only)
+            assignment = _check_assignments(broker, t) if t.count > len(broker.topics[t.name].partitions) else None
+            broker.add_partitions(t.name, t.count, validate_only=True)  # Kafka's checks of the count
+            if request.validate_only:
+                continue
+            if broker.replicas is not None:
+                await broker.replicas.add_partitions(t.name, t.count, assignment)
+            else:
+                broker.add_partitions(t.name, t.count)
         except BrokkrError as exc:
             res.error_code, res.error_message = exc.code, str(exc)
     return CreatePartitionsResponse(results=results)

@@ -51,7 +51,9 @@ def _apply(current: dict[str, str], resource, defs, config) -> dict[str, str]:
 
 
 async def handle(broker, ctx, request):
-    return alter_resources(broker, ctx, request, _apply, IncrementalAlterConfigsResponse, AlterConfigsResourceResponse)
+    return await alter_resources(
+        broker, ctx, request, _apply, IncrementalAlterConfigsResponse, AlterConfigsResourceResponse
+    )
 
 
 error_response = error_response_of(IncrementalAlterConfigsResponse, AlterConfigsResourceResponse)

@@ -21,6 +21,7 @@ import base64
 import concurrent.futures
 import json
 import logging
+import threading
 import time
 import uuid
 from typing import Any
@@ -102,6 +103,8 @@ class ZooKeeperMembership:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="brokkr-zookeeper")
         self._refresh_pending = False
+        self._dirty: set[str] = set()
+        self._lock = threading.Lock()
         self._closing = False
 
     # -- the interface ------------------------------------------------------------
@@ -130,6 +133,9 @@ class ZooKeeperMembership:
 
     async def create_topic(self, assignment: TopicAssignment) -> None:
         await self._call(self._create_topic, assignment)
+
+    async def update_topic(self, assignment: TopicAssignment) -> None:
+        await self._call(self._update_topic, assignment)
 
     async def delete_topic(self, name: str) -> None:
         await self._call(self._delete_topic, name)
@@ -171,7 +177,7 @@ class ZooKeeperMembership:
             self.zk.create(f"/brokers/ids/{me.node_id}", json.dumps(registration).encode(), ephemeral=True)
         except NodeExistsError:
             raise ConfigError(f"broker.id {me.node_id} is registered by another live broker") from None
-        self._refresh()
+        self._refresh("*")
 
     def _leave(self) -> None:
         try:
@@ -190,63 +196,52 @@ class ZooKeeperMembership:
             self._schedule_refresh()
 
     def _watch(self, event) -> None:  # kazoo's thread
-        self._schedule_refresh()
+        self._schedule_refresh(event.path)
 
-    def _schedule_refresh(self) -> None:
-        if self._closing or self._refresh_pending:
+    def _schedule_refresh(self, path: str = "*") -> None:
+        """Re-read ``path`` (a watched znode; "*": everything) on the worker thread, soon."""
+        if self._closing:
             return
-        self._refresh_pending = True
+        with self._lock:
+            self._dirty.add(path)
+            if self._refresh_pending:
+                return
+            self._refresh_pending = True
         try:
             self._worker.submit(self._refresh)
         except RuntimeError:  # the worker is shut down
             pass
 
-    def _refresh(self) -> None:
-        """Re-read brokers, controller, topics and partition states, re-arming the watches."""
-        from kazoo.exceptions import NoNodeError
-
-        self._refresh_pending = False
+    def _refresh(self, path: str | None = None) -> None:
+        """Re-read what changed (the znodes whose watches fired, re-arming them, and
+        ``path``) and publish the new cache; everything ("*") at join and after reconnecting."""
+        with self._lock:
+            dirty, self._dirty = self._dirty | ({path} if path else set()), set()
+            self._refresh_pending = False
         if self._closing:
             return
+        brokers, topics, states = dict(self._brokers), dict(self._topics), dict(self._states)
         try:
-            brokers = {}
-            for child in self.zk.get_children("/brokers/ids", watch=self._watch):
-                try:
-                    data, _ = self.zk.get(f"/brokers/ids/{child}")
-                except NoNodeError:
-                    continue
-                brokers[int(child)] = _broker_info(int(child), json.loads(data))
-            self._elect()
-            topics, states = {}, {}
-            for name in self.zk.get_children("/brokers/topics", watch=self._watch):
-                try:
-                    data, _ = self.zk.get(f"/brokers/topics/{name}", watch=self._watch)
-                except NoNodeError:
-                    continue
-                raw = json.loads(data)
-                try:
-                    configs = json.loads(self.zk.get(f"/config/topics/{name}")[0]).get("config", {})
-                except NoNodeError:
-                    configs = {}
-                topics[name] = TopicAssignment(
-                    name,
-                    parse_kafka_uuid(raw["topic_id"]) if "topic_id" in raw else uuid.uuid4(),
-                    {int(p): tuple(r) for p, r in raw["partitions"].items()},
-                    configs,
-                )
-                for p in topics[name].replicas:
-                    path = f"/brokers/topics/{name}/partitions/{p}/state"
-                    stat = self.zk.exists(path, watch=self._watch)
-                    if stat is None:
-                        continue
-                    try:
-                        data, stat = self.zk.get(path, watch=self._watch)
-                    except NoNodeError:
-                        continue
-                    s = json.loads(data)
-                    states[(name, p)] = PartitionState(
-                        s["leader"], s["leader_epoch"], tuple(s["isr"]), s["controller_epoch"], stat.version
-                    )
+            full = "*" in dirty
+            if full or "/brokers/ids" in dirty:
+                brokers = self._read_brokers()
+            if full or "/controller" in dirty:
+                self._elect()
+            names = None
+            if full or "/brokers/topics" in dirty:
+                names = set(self.zk.get_children("/brokers/topics", watch=self._watch))
+                for gone in set(topics) - names:
+                    del topics[gone]
+                    states = {k: v for k, v in states.items() if k[0] != gone}
+            for name in (names or set()) | {
+                p.split("/")[3] for p in dirty if p.count("/") == 3 and p.startswith("/brokers/topics/")
+            }:
+                if full or name not in topics or f"/brokers/topics/{name}" in dirty:
+                    self._read_topic(name, topics, states)
+            for p in dirty:
+                parts = p.split("/")  # /brokers/topics/<t>/partitions/<p>/state
+                if len(parts) == 7 and parts[6] == "state" and parts[3] in topics:
+                    self._read_state(parts[3], int(parts[5]), states)
         except Exception as exc:
             if not self._closing:
                 log.warning("reading the cluster state from ZooKeeper failed (%s); retrying", exc)
@@ -256,6 +251,57 @@ class ZooKeeperMembership:
         self._brokers, self._topics, self._states = brokers, topics, states
         if self._loop is not None and self._listener is not None and not self._closing:
             self._loop.call_soon_threadsafe(self._listener.cluster_changed)
+
+    def _read_brokers(self) -> dict[int, BrokerInfo]:
+        from kazoo.exceptions import NoNodeError
+
+        brokers = {}
+        for child in self.zk.get_children("/brokers/ids", watch=self._watch):
+            try:
+                data, _ = self.zk.get(f"/brokers/ids/{child}")
+            except NoNodeError:
+                continue
+            brokers[int(child)] = _broker_info(int(child), json.loads(data))
+        return brokers
+
+    def _read_topic(self, name: str, topics: dict, states: dict) -> None:
+        """A topic's assignment, settings and every partition's state (into ``topics``, ``states``)."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = self.zk.get(f"/brokers/topics/{name}", watch=self._watch)
+        except NoNodeError:
+            topics.pop(name, None)
+            return
+        raw = json.loads(data)
+        try:
+            configs = json.loads(self.zk.get(f"/config/topics/{name}")[0]).get("config", {})
+        except NoNodeError:
+            configs = {}
+        topics[name] = TopicAssignment(
+            name,
+            parse_kafka_uuid(raw["topic_id"]) if "topic_id" in raw else uuid.uuid4(),
+            {int(p): tuple(r) for p, r in raw["partitions"].items()},
+            configs,
+        )
+        for p in topics[name].replicas:
+            self._read_state(name, p, states)
+
+    def _read_state(self, name: str, partition: int, states: dict) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        path = f"/brokers/topics/{name}/partitions/{partition}/state"
+        try:
+            data, stat = self.zk.get(path, watch=self._watch)
+        except NoNodeError:
+            if self.zk.exists(path, watch=self._watch) is None:  # watched until the controller creates it
+                states.pop((name, partition), None)
+                return
+            data, stat = self.zk.get(path, watch=self._watch)
+        s = json.loads(data)
+        states[(name, partition)] = PartitionState(
+            s["leader"], s["leader_epoch"], tuple(s["isr"]), s["controller_epoch"], stat.version
+        )
 
     def _elect(self) -> None:
         """Try to become controller when there is none (Kafka's ephemeral /controller)."""
@@ -304,28 +350,31 @@ class ZooKeeperMembership:
     def _create_topic(self, assignment: TopicAssignment) -> None:
         from kazoo.exceptions import NodeExistsError
 
-        topic = {
-            "version": 3,
-            "topic_id": kafka_uuid(assignment.topic_id),
-            "partitions": {str(p): list(r) for p, r in assignment.replicas.items()},
-            "adding_replicas": {},
-            "removing_replicas": {},
-        }
-        config = {"version": 1, "config": assignment.configs}
+        topic, config = _topic_znodes(assignment)
         tx = self.zk.transaction()
-        tx.create(f"/config/topics/{assignment.name}", json.dumps(config).encode())
-        tx.create(f"/brokers/topics/{assignment.name}", json.dumps(topic).encode())
+        tx.create(f"/config/topics/{assignment.name}", config)
+        tx.create(f"/brokers/topics/{assignment.name}", topic)
         results = tx.commit()
         if any(isinstance(r, NodeExistsError) for r in results):
             raise BrokkrError(f"Topic '{assignment.name}' already exists.", ErrorCode.TOPIC_ALREADY_EXISTS)
         if any(isinstance(r, Exception) for r in results):
             raise BrokkrError(f"Creating topic {assignment.name} failed: {results}", ErrorCode.UNKNOWN_SERVER_ERROR)
-        self._refresh()
+        self._refresh("/brokers/topics")
+
+    def _update_topic(self, assignment: TopicAssignment) -> None:
+        topic, config = _topic_znodes(assignment)
+        tx = self.zk.transaction()
+        tx.set_data(f"/config/topics/{assignment.name}", config)
+        tx.set_data(f"/brokers/topics/{assignment.name}", topic)
+        results = tx.commit()
+        if any(isinstance(r, Exception) for r in results):
+            raise BrokkrError(f"Updating topic {assignment.name} failed: {results}", ErrorCode.UNKNOWN_SERVER_ERROR)
+        self._refresh(f"/brokers/topics/{assignment.name}")
 
     def _delete_topic(self, name: str) -> None:
         self.zk.delete(f"/brokers/topics/{name}", recursive=True)
         self.zk.delete(f"/config/topics/{name}", recursive=True)
-        self._refresh()
+        self._refresh("/brokers/topics")
 
     def _write_state(self, topic: str, partition: int, state: PartitionState) -> PartitionState | None:
         from kazoo.exceptions import BadVersionError, NodeExistsError
@@ -347,11 +396,23 @@ class ZooKeeperMembership:
             else:
                 version = self.zk.set(path, data, version=state.version).version
         except (BadVersionError, NodeExistsError):
-            self._refresh()
+            self._refresh(path)
             return None
         written = PartitionState(state.leader, state.leader_epoch, state.isr, state.controller_epoch, version)
         self._states[(topic, partition)] = written
         return written
+
+
+def _topic_znodes(assignment: TopicAssignment) -> tuple[bytes, bytes]:
+    """The data of /brokers/topics/<topic> and /config/topics/<topic>, as Kafka writes them."""
+    topic = {
+        "version": 3,
+        "topic_id": kafka_uuid(assignment.topic_id),
+        "partitions": {str(p): list(r) for p, r in sorted(assignment.replicas.items())},
+        "adding_replicas": {},
+        "removing_replicas": {},
+    }
+    return json.dumps(topic).encode(), json.dumps({"version": 1, "config": assignment.configs}).encode()
 
 
 def _broker_info(node_id: int, raw: dict) -> BrokerInfo:

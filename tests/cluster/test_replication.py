@@ -254,3 +254,52 @@ def test_a_stopping_broker_hands_over_its_leaderships_first(brokkr_cluster):
     states = other.call(lambda: [membership.partition_state("c", i) for i in range(3)])
     assert all(s.leader not in (victim_id, -1) for s in states), states
     assert victim_id not in other.call(lambda: set(membership.brokers()))
+
+
+def test_partitions_and_settings_changed_on_one_broker_reach_every_broker(brokkr_cluster):
+    from confluent_kafka.admin import ConfigResource, NewPartitions
+
+    brokers = brokkr_cluster(3)
+    create(brokers, "grow", 2, 2)
+    admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap_servers})
+    admin.create_partitions([NewPartitions("grow", 4)])["grow"].result(DEADLINE)
+    grown = wait_for("four partitions with leaders", lambda: leaders(brokers, "grow", 4))
+    assert all(len(replicas) == 2 for _, replicas, _ in grown.values())
+    resource = ConfigResource("topic", "grow", set_config={"retention.ms": "123456"})
+    admin.alter_configs([resource])[resource].result(DEADLINE)
+    wait_for(
+        "every broker to apply the setting",
+        lambda: all(b.call(lambda b=b: b.broker.topics["grow"].config["retention.ms"]) == 123456 for b in brokers),
+    )
+
+
+def test_kafka_python_and_aiokafka_against_a_cluster(brokkr_cluster):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from kafka import KafkaProducer
+
+    brokers = brokkr_cluster(3)
+    create(brokers, "py", 3, 3)
+    producer = KafkaProducer(bootstrap_servers=brokers[1].bootstrap_servers, acks="all")
+    for i in range(90):
+        producer.send("py", key=b"k%d" % i, value=b"%05d" % i)
+    producer.flush(DEADLINE)
+    producer.close()
+
+    async def consume() -> list[bytes]:
+        consumer = AIOKafkaConsumer(
+            "py", bootstrap_servers=brokers[2].bootstrap_servers, group_id="aio", auto_offset_reset="earliest"
+        )
+        await asyncio.wait_for(consumer.start(), DEADLINE)
+        got: list[bytes] = []
+        try:
+            deadline = time.monotonic() + DEADLINE
+            while len(got) < 90 and time.monotonic() < deadline:
+                for records in (await consumer.getmany(timeout_ms=200)).values():
+                    got.extend(r.value for r in records)
+        finally:
+            await asyncio.wait_for(consumer.stop(), 10)
+        return got
+
+    assert sorted(asyncio.run(consume())) == [b"%05d" % i for i in range(90)]
