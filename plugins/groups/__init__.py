@@ -10,6 +10,8 @@ offsets, partitioned like ``__consumer_offsets``.
 
 Modules: ``coordinator`` (partition ownership, loading, writing and replaying records),
 ``classic`` and ``classic_protocol`` (the classic group protocol's state and operations),
+``consumer_*``, ``reconciliation``, ``target_assignment`` and the assignors (the consumer
+group protocol of KIP-848: see ``consumer_protocol``),
 ``offsets`` (committed offsets and their expiry), ``records`` (the ``__consumer_offsets``
 record formats, compiled from ``coordinator_records/``), ``apis/`` (one module per API).
 """
@@ -22,6 +24,7 @@ from brokkr.core.config import ConfigDef, ConfigType, at_least
 from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import hookimpl
 
+from .consumer_config import CONSUMER_CONFIGS, consumer_protocol_enabled
 from .coordinator import OFFSETS_TOPIC, GroupCoordinator
 
 PLUGIN_NAME = "brokkr.groups.coordinator"
@@ -119,14 +122,15 @@ CONFIGS = [
 
 @hookimpl
 def brokkr_config_definitions():
-    return CONFIGS
+    return CONFIGS + CONSUMER_CONFIGS
 
 
 @hookimpl
-def brokkr_apis():
-    from .apis import MODULES
+def brokkr_apis(broker):
+    from .apis import CONSUMER_MODULES, MODULES
 
-    return [importlib.import_module(f"{__package__}.apis.{name}").API for name in MODULES]
+    modules = MODULES + (CONSUMER_MODULES if consumer_protocol_enabled(broker.config) else ())
+    return [importlib.import_module(f"{__package__}.apis.{name}").API for name in modules]
 
 
 @hookimpl

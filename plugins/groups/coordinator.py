@@ -29,6 +29,11 @@ from brokkr.core.validation import RecordsError, ValidatedRecords
 
 from .classic import ClassicGroup, ClassicMember, ClassicState
 from .classic_protocol import ClassicProtocol
+from .consumer_coordinator import ConsumerCoordinator
+from .consumer_group import ConsumerGroup
+from .consumer_records import TYPES as CONSUMER_RECORD_TYPES
+from .consumer_records import group_tombstones
+from .consumer_records import replay as replay_consumer_record
 from .offsets import OffsetAndMetadata, Offsets
 from .records import CoordinatorRecord, decode_record, encode_key, encode_value, record_spec
 
@@ -76,6 +81,7 @@ class GroupCoordinator:
         self.groups: dict[str, Any] = {}
         self.offsets = Offsets(self)
         self.classic = ClassicProtocol(self)
+        self.consumer = ConsumerCoordinator(self)
         self._creating = False
 
     # -- lifecycle ------------------------------------------------------------------
@@ -88,6 +94,7 @@ class GroupCoordinator:
         if topic is not None and self.broker.replicas is None:
             self._take_over(topic)
         self.spawn(self.offsets.expire_periodically(), "offsets expiry")
+        self.consumer.start()
 
     def create_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` (compacted): what Kafka's first FindCoordinator for a
@@ -175,6 +182,8 @@ class GroupCoordinator:
         for group in self.groups.values():
             if isinstance(group, ClassicGroup) and self.partition_for(group.group_id) == index:
                 self.classic.schedule_sessions(group)
+            elif isinstance(group, ConsumerGroup) and self.partition_for(group.group_id) == index:
+                self.consumer.loaded(group)
         if self.owned.get(index) == (False, epoch):
             self.owned[index] = (True, epoch)
             log.debug("loaded %s-%d at epoch %d (%d records)", OFFSETS_TOPIC, index, epoch, count)
@@ -232,6 +241,8 @@ class GroupCoordinator:
         group = self.groups.pop(group_id, None)
         if isinstance(group, ClassicGroup):
             self.classic.unload(group, error)
+        elif isinstance(group, ConsumerGroup):
+            self.consumer.unloaded(group_id)
 
     # -- writing and replaying ----------------------------------------------------
 
@@ -279,8 +290,10 @@ class GroupCoordinator:
             else:
                 self._unload(group_id, ErrorCode.REBALANCE_IN_PROGRESS)
                 self.add_group(classic_group_from_record(group_id, record.value))
+        elif record.type in CONSUMER_RECORD_TYPES:
+            replay_consumer_record(self.groups, record)
         else:
-            log.debug("ignoring a %s record (the consumer protocol is not served)", record.type)
+            log.debug("ignoring a %s record", record.type)
 
     async def store_group(self, group: ClassicGroup, assignments: dict[str, bytes] | None = None) -> ErrorCode:
         """Write the group's GroupMetadata record (with ``assignments``, else the members'
@@ -316,6 +329,15 @@ class GroupCoordinator:
 
     async def delete_group(self, group_id: str) -> ErrorCode:
         """Tombstones for the group's offsets and metadata; the group is then gone."""
+        if isinstance(self.groups.get(group_id), ConsumerGroup):
+            async with self.consumer.lock(group_id):  # no member joins meanwhile
+                group = self.groups.get(group_id)
+                if isinstance(group, ConsumerGroup) and not group.is_empty:
+                    return ErrorCode.NON_EMPTY_GROUP
+                records = self.offsets.tombstones(group_id, None)
+                if isinstance(group, ConsumerGroup):
+                    records += group_tombstones(group)
+                return await self.write(group_id, records)
         records = self.offsets.tombstones(group_id, None)
         records.append((encode_key(2, record_spec("GroupMetadataKey").cls(group=group_id)), None))
         group = self.groups.get(group_id)

@@ -20,6 +20,7 @@ import attrs
 from brokkr.core.errors import ErrorCode
 
 from .classic import ClassicGroup, ClassicState
+from .consumer_group import ConsumerGroup
 from .errors import write_error
 from .records import CoordinatorRecord, encode_key, encode_value, record_spec
 
@@ -86,13 +87,21 @@ class Offsets:
 
     # -- OffsetCommit -----------------------------------------------------------------
 
-    def validate_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
+    def validate_commit(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None, version: int = 9
+    ) -> ErrorCode:
         """Whether a commit may be made (Kafka's ClassicGroup.validateOffsetCommit): a commit
         outside any group (generation < 0, no member) needs an Empty or absent group; a
-        member's commit needs its generation and a group not completing a rebalance."""
+        member's commit needs its generation and a group not completing a rebalance. A
+        consumer group's member commits with its member epoch, from OffsetCommit v9
+        (ConsumerGroup.validateOffsetCommit)."""
         group = self.coordinator.groups.get(group_id)
         if group is None:
-            return ErrorCode.NONE if generation < 0 else ErrorCode.ILLEGAL_GENERATION
+            if generation < 0:
+                return ErrorCode.NONE
+            return ErrorCode.GROUP_ID_NOT_FOUND if version >= 9 else ErrorCode.ILLEGAL_GENERATION
+        if isinstance(group, ConsumerGroup):
+            return group.validate_offset_commit(member_id, generation, version)
         if not isinstance(group, ClassicGroup):
             return ErrorCode.UNKNOWN_MEMBER_ID
         if group.state is ClassicState.DEAD:
@@ -117,7 +126,7 @@ class Offsets:
         group = self.coordinator.groups.get(group_id)
         if group is None:
             group = self.coordinator.add_group(ClassicGroup(group_id, state_timestamp=_now_ms()))
-        elif member_id in getattr(group, "members", {}):
+        elif isinstance(group, ClassicGroup) and member_id in group.members:
             self.coordinator.classic.keep_alive(group, group.members[member_id])
         records = [(offset_key(group_id, t, p), offset_value(o)) for (t, p), o in offsets.items()]
         error = await self.coordinator.write(group_id, records)
@@ -134,10 +143,14 @@ class Offsets:
     def expired(self, group, now_ms: int) -> list[tuple[str, int]]:
         """The group's offsets that have expired at ``now_ms`` (KIP-211)."""
         committed = self.get(group.group_id)
-        if not committed or not isinstance(group, ClassicGroup):
+        if not committed:
             return []
         subscribed: set[str] = set()
-        if group.state is ClassicState.EMPTY:
+        if isinstance(group, ConsumerGroup):  # from their commit, unless a member subscribes to the topic
+            base, subscribed = None, group.subscribed_topics()
+        elif not isinstance(group, ClassicGroup):
+            return []
+        elif group.state is ClassicState.EMPTY:
             base = group.state_timestamp if group.protocol_type else None
         elif group.state is ClassicState.STABLE and (topics := group.subscribed_topics()) is not None:
             base, subscribed = None, topics
@@ -171,7 +184,7 @@ class Offsets:
                     continue
                 removed += len(gone)
                 log.info("group %s: %d offsets expired", group_id, len(gone))
-            if group.is_empty and not self.get(group_id) and group.state is ClassicState.EMPTY:
+            if group.is_empty and not self.get(group_id) and group.state_name == ClassicState.EMPTY.value:
                 await self.coordinator.delete_group(group_id)
         return removed
 

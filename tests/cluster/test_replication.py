@@ -199,7 +199,8 @@ def test_a_sigkilled_leader_is_replaced_after_its_session_expires(brokkr_cluster
     assert sorted(consume_all(brokers, "k", 1, 100)) == [b"%05d" % i for i in range(100)]
 
 
-def test_consumer_groups_and_leadership_hooks_on_a_cluster(brokkr_broker_factory, brokkr_zookeeper, tmp_path):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consumer_groups_and_leadership_hooks_on_a_cluster(brokkr_broker_factory, brokkr_zookeeper, tmp_path, protocol):
     hooks = [Leadership() for _ in range(3)]
     brokers = [
         brokkr_broker_factory(
@@ -213,7 +214,14 @@ def test_consumer_groups_and_leadership_hooks_on_a_cluster(brokkr_broker_factory
     for i in range(60):
         producer.produce("g", b"%05d" % i, key=b"k%d" % i)
     assert producer.flush(DEADLINE) == 0
-    consumer = Consumer({"bootstrap.servers": bootstrap(brokers), "group.id": "cg", "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap(brokers),
+            "group.id": "cg",
+            "auto.offset.reset": "earliest",
+            "group.protocol": protocol,
+        }
+    )
     consumer.subscribe(["g"])
     got: list[bytes] = []
     deadline = time.monotonic() + 60

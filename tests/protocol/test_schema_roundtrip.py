@@ -77,6 +77,8 @@ def test_every_api_and_version_in_scope_is_covered() -> None:
         "CreateTopics": (2, 7),
         "DeleteTopics": (1, 6),
         "DescribeConfigs": (1, 4),
+        "ConsumerGroupHeartbeat": (0, 1),
+        "ConsumerGroupDescribe": (0, 0),
     }
     for api, (lo, hi) in required.items():
         for kind in ("Request", "Response"):

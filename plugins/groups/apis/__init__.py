@@ -1,7 +1,7 @@
 """The group coordinator's Kafka APIs, one module per API (as core's own), each defining
 ``API``. Group ids are authorized as Kafka's KafkaApis authorizes them: READ to join,
-sync, heartbeat, leave and commit; DESCRIBE to find the coordinator, fetch offsets,
-describe and list; DELETE to delete."""
+sync, heartbeat (either protocol), leave and commit; DESCRIBE to find the coordinator,
+fetch offsets, describe (either protocol) and list; DELETE to delete."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ MODULES = (
     "describe_groups",
     "delete_groups",
 )
+#: The consumer group protocol's APIs (KIP-848), served while
+#: ``group.coordinator.rebalance.protocols`` names "consumer".
+CONSUMER_MODULES = ("consumer_group_heartbeat", "consumer_group_describe")
 
 
 def group_allowed(broker, ctx, operation: AclOperation, group_ids: list[str]) -> list[bool]:

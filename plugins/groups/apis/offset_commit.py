@@ -52,7 +52,11 @@ async def handle(broker, ctx, request):
                 expire = now + retention if retention is not None and retention >= 0 else None
                 offsets[tp] = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch, metadata, now, expire)
     error = coordinator.offsets.validate_commit(
-        request.group_id, request.generation_id_or_member_epoch, request.member_id, request.group_instance_id
+        request.group_id,
+        request.generation_id_or_member_epoch,
+        request.member_id,
+        request.group_instance_id,
+        ctx.api_version,
     )
     if not error and offsets:
         error = await coordinator.offsets.commit(request.group_id, request.member_id, offsets)
