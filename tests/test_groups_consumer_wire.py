@@ -230,6 +230,16 @@ def test_commits_delete_and_the_group_after_a_restart(brokkr_broker_factory, tmp
         assert commit(c, 0) == ErrorCode.STALE_MEMBER_EPOCH
         assert commit(c, 1, version=8) == ErrorCode.UNSUPPORTED_VERSION
         assert commit(c, 1, member="other") == ErrorCode.UNKNOWN_MEMBER_ID
+        group = request_spec(9).struct("OffsetFetchRequestGroup")
+
+        def fetch(member, epoch):
+            body = req(9, groups=[group(group_id="g", member_id=member, member_epoch=epoch, topics=None)])
+            return c.request(9, 9, body).groups[0]
+
+        assert [(t.name, [p.committed_offset for p in t.partitions]) for t in fetch("m1", 1).topics] == [("t", [5])]
+        assert fetch("m1", 0).error_code == ErrorCode.STALE_MEMBER_EPOCH
+        assert fetch("other", 1).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        assert fetch(None, -1).error_code == 0, "an admin fetch names no member"
         deleted = c.request(DELETE_GROUPS, 2, req(DELETE_GROUPS, groups_names=["g"]))
         assert deleted.results[0].error_code == ErrorCode.NON_EMPTY_GROUP
     index = coordinator_of(b.broker).partition_for("g")

@@ -11,6 +11,7 @@ from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import response_spec
 
 from .. import coordinator_of
+from ..consumer_group import ConsumerGroup
 from . import group_allowed
 
 KEY = 9
@@ -22,7 +23,9 @@ Group = _R.struct("OffsetFetchResponseGroup")
 Topic, Partition = _R.struct("OffsetFetchResponseTopics"), _R.struct("OffsetFetchResponsePartitions")
 
 
-def _group_offsets(broker, ctx, group_id: str, topics) -> tuple[ErrorCode, dict[str, list[tuple]]]:
+def _group_offsets(
+    broker, ctx, group_id: str, topics, member_id: str | None = None, member_epoch: int = -1
+) -> tuple[ErrorCode, dict[str, list[tuple]]]:
     """(group error, {topic: [(partition, offset, leader epoch, metadata, error)]}); ``topics``
     is [(name, [partition])] or None for all."""
     if not group_allowed(broker, ctx, AclOperation.DESCRIBE, [group_id])[0]:
@@ -31,6 +34,14 @@ def _group_offsets(broker, ctx, group_id: str, topics) -> tuple[ErrorCode, dict[
     error = coordinator.check_coordinator(group_id)
     if error:
         return error, {}
+    group = coordinator.groups.get(group_id)
+    if isinstance(group, ConsumerGroup) and (member_id is not None or member_epoch >= 0):
+        # v9: a consumer group's member fetches with its current epoch (ConsumerGroup.validateOffsetFetch)
+        member = group.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, {}
+        if member_epoch != member.member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH, {}
     committed = coordinator.offsets.get(group_id)
     if topics is None:
         wanted: dict[str, list[int]] = {}
@@ -64,7 +75,7 @@ async def handle(broker, ctx, request):
         groups = []
         for g in request.groups:
             topics = None if g.topics is None else [(t.name, t.partition_indexes) for t in g.topics]
-            error, found = _group_offsets(broker, ctx, g.group_id, topics)
+            error, found = _group_offsets(broker, ctx, g.group_id, topics, g.member_id, g.member_epoch)
             groups.append(
                 Group(
                     group_id=g.group_id,
