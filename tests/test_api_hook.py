@@ -10,21 +10,21 @@ from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.frames import request_spec, response_spec
 from brokkr.core.testing import RawClient
 
-# ListPartitionReassignments: an API core does not serve (no replication yet).
-API_VERSIONS, DESCRIBE_CLIENT_QUOTAS, DESCRIBE_CLUSTER = 18, 48, 46
-DescribeClusterResponse = response_spec(DESCRIBE_CLUSTER).cls
+# DescribeQuorum: an API core does not serve (Kafka's KRaft controllers do).
+API_VERSIONS, DESCRIBE_CLIENT_QUOTAS, DESCRIBE_QUORUM = 18, 48, 55
+DescribeQuorumResponse = response_spec(DESCRIBE_QUORUM).cls
 DescribeClientQuotasResponse = response_spec(DESCRIBE_CLIENT_QUOTAS).cls
 
 
-class ClusterAndQuotas:
-    """Adds ListPartitionReassignments v0 and replaces DescribeClientQuotas; keeps state on itself."""
+class QuorumAndQuotas:
+    """Adds DescribeQuorum v2 and replaces DescribeClientQuotas; keeps state on itself."""
 
     def __init__(self):
         self.handled: list[tuple[int, int]] = []
 
-    async def describe_cluster(self, broker, ctx, request):
+    async def describe_quorum(self, broker, ctx, request):
         self.handled.append((ctx.api_key, ctx.api_version))
-        return DescribeClusterResponse(error_code=ErrorCode.NONE, error_message=broker.cluster_id, topics=[])
+        return DescribeQuorumResponse(error_code=ErrorCode.NONE, error_message=broker.cluster_id, topics=[], nodes=[])
 
     async def describe_client_quotas(self, broker, ctx, request):
         self.handled.append((ctx.api_key, ctx.api_version))
@@ -33,9 +33,7 @@ class ClusterAndQuotas:
     @hookimpl
     def brokkr_apis(self):
         return [
-            Api(
-                DESCRIBE_CLUSTER, 0, 0, self.describe_cluster, lambda r, code: DescribeClusterResponse(error_code=code)
-            ),
+            Api(DESCRIBE_QUORUM, 2, 2, self.describe_quorum, lambda r, code: DescribeQuorumResponse(error_code=code)),
             Api(
                 DESCRIBE_CLIENT_QUOTAS,
                 0,
@@ -55,23 +53,23 @@ def advertised(broker) -> dict[int, tuple[int, int]]:
 
 
 def test_a_plugin_adds_an_api_and_replaces_one(brokkr_broker_factory):
-    plugin = ClusterAndQuotas()
+    plugin = QuorumAndQuotas()
     broker = brokkr_broker_factory(plugins=(plugin,))
     apis = advertised(broker)
-    assert apis[DESCRIBE_CLUSTER] == (0, 0) and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
+    assert apis[DESCRIBE_QUORUM] == (2, 2) and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
     with RawClient(broker.bootstrap_servers) as c:
-        cluster = c.request(DESCRIBE_CLUSTER, 0, request_spec(DESCRIBE_CLUSTER).cls())
+        cluster = c.request(DESCRIBE_QUORUM, 2, request_spec(DESCRIBE_QUORUM).cls(topics=[]))
         quotas = c.request(DESCRIBE_CLIENT_QUOTAS, 1, request_spec(DESCRIBE_CLIENT_QUOTAS).cls(components=[]))
     assert cluster.error_code == ErrorCode.NONE and cluster.error_message == broker.broker.cluster_id
     assert quotas.error_code == ErrorCode.POLICY_VIOLATION and quotas.error_message == "replaced"
-    assert plugin.handled == [(DESCRIBE_CLUSTER, 0), (DESCRIBE_CLIENT_QUOTAS, 1)]
+    assert plugin.handled == [(DESCRIBE_QUORUM, 2), (DESCRIBE_CLIENT_QUOTAS, 1)]
 
 
 def test_without_the_plugin_the_api_is_neither_advertised_nor_served(brokkr_broker):
     apis = advertised(brokkr_broker)
-    assert DESCRIBE_CLUSTER not in apis and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
+    assert DESCRIBE_QUORUM not in apis and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
     with RawClient(brokkr_broker.bootstrap_servers) as c:
-        c.send(DESCRIBE_CLUSTER, 0, request_spec(DESCRIBE_CLUSTER).cls())
+        c.send(DESCRIBE_QUORUM, 2, request_spec(DESCRIBE_QUORUM).cls(topics=[]))
         assert c.is_closed_by_peer()
 
 
@@ -80,7 +78,7 @@ def test_core_apis_come_through_the_hook(tmp_path):
     disabled = "brokkr.core.apis.builtin,brokkr.plugins.groups"
     broker = Broker(
         {"brokkr.plugins.disabled": disabled, "log.dirs": str(tmp_path)},
-        plugins=(ClusterAndQuotas(),),
+        plugins=(QuorumAndQuotas(),),
         entry_points=False,
     )
-    assert set(broker.apis) == {DESCRIBE_CLUSTER, DESCRIBE_CLIENT_QUOTAS}
+    assert set(broker.apis) == {DESCRIBE_QUORUM, DESCRIBE_CLIENT_QUOTAS}
