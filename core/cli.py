@@ -254,7 +254,8 @@ def _version() -> str:
 
 
 def _add_admin_tools(sub) -> None:
-    """``brokkr topics`` and ``brokkr configs`` (brokkr.core.tools), modelled on Kafka's tools."""
+    """``brokkr topics``, ``brokkr configs`` (brokkr.core.tools) and ``brokkr consumer-groups``
+    (brokkr.core.group_tool), modelled on Kafka's tools."""
     from . import tools
 
     topics = sub.add_parser("topics", help="create, list, describe, alter or delete topics of a running broker")
@@ -269,7 +270,7 @@ def _add_admin_tools(sub) -> None:
     action.add_argument("--delete", action="store_true", help="delete --topic")
     topics.add_argument("--topic", help="the topic")
     topics.add_argument("--partitions", type=int, help="partition count (create: default num.partitions)")
-    topics.add_argument("--replication-factor", type=int, help="with --create (brokkr keeps one replica)")
+    topics.add_argument("--replication-factor", type=int, help="with --create (alone, a broker keeps one)")
     topics.add_argument("--config", action="append", metavar="KEY=VALUE", help="with --create; repeatable")
     topics.set_defaults(func=tools.topics)
 
@@ -287,6 +288,41 @@ def _add_admin_tools(sub) -> None:
     configs.add_argument("--add-config", action="append", metavar="K=V,K2=[A,B]", help="settings to set")
     configs.add_argument("--delete-config", action="append", metavar="K,K2", help="settings to return to default")
     configs.set_defaults(func=tools.configs)
+
+    from . import group_tool
+
+    groups = sub.add_parser(
+        "consumer-groups", help="list, describe, reset offsets of or delete consumer groups (kafka-consumer-groups.sh)"
+    )
+    groups.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="a broker to talk to")
+    action = groups.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true", help="the groups (with --state/--type: those, in columns)")
+    action.add_argument("--describe", action="store_true", help="offsets and lag per partition (or --members, --state)")
+    action.add_argument(
+        "--reset-offsets", action="store_true", help="set the group's offsets (a dry run unless --execute)"
+    )
+    action.add_argument("--delete", action="store_true", help="delete the groups (they must be empty)")
+    action.add_argument("--delete-offsets", action="store_true", help="delete the group's offsets of --topic")
+    groups.add_argument("--group", action="append", help="the group (repeatable)")
+    groups.add_argument("--all-groups", action="store_true", help="every group")
+    groups.add_argument("--members", action="store_true", help="with --describe: the members")
+    groups.add_argument("--verbose", action="store_true", help="with --members: their assignments")
+    groups.add_argument(
+        "--state", nargs="?", const="", help="with --describe: the group's state; with --list: filter by states (A,B)"
+    )
+    groups.add_argument("--type", nargs="?", const="", help="with --list: filter by types (classic,consumer)")
+    groups.add_argument("--topic", action="append", metavar="TOPIC[:P,P]", help="topic (and partitions) to reset")
+    groups.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
+    to = groups.add_mutually_exclusive_group()
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int)
+    to.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss")
+    to.add_argument("--shift-by", type=int)
+    run = groups.add_mutually_exclusive_group()
+    run.add_argument("--dry-run", action="store_true", help="show the new offsets only (the default)")
+    run.add_argument("--execute", action="store_true", help="commit the new offsets")
+    groups.set_defaults(func=group_tool.consumer_groups)
 
 
 if __name__ == "__main__":

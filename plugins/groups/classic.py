@@ -17,12 +17,10 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import Counter
-from typing import Any
 
 import attrs
 from brokkr.core.errors import CorruptRequest
-from brokkr.core.protocol.primitives import Reader
-from brokkr.core.protocol.schema import load_message
+from brokkr.core.protocol.consumer_protocol import decode_subscription
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -177,23 +175,3 @@ class ClassicGroup:
         except (CorruptRequest, ValueError):
             return None
         return topics
-
-
-def decode_subscription(data: bytes) -> Any:
-    """A ConsumerProtocolSubscription (version first, as the clients write it); trailing
-    bytes of newer versions are allowed, as Kafka's deserializer allows them."""
-    return _decode_consumer_protocol("ConsumerProtocolSubscription", data)
-
-
-def decode_assignment(data: bytes) -> Any:
-    """A ConsumerProtocolAssignment (version first)."""
-    return _decode_consumer_protocol("ConsumerProtocolAssignment", data)
-
-
-def _decode_consumer_protocol(name: str, data: bytes) -> Any:
-    spec = load_message(name)
-    r = Reader(data)
-    version = r.int16()
-    if version < 0:
-        raise CorruptRequest(f"{name} version {version}")
-    return spec.decode(min(version, spec.valid[1]), r)
