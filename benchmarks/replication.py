@@ -33,11 +33,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from functools import partial
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from produce import cpu_seconds, free_port, percentile_ms, stop_broker
 
@@ -49,8 +50,10 @@ CLUSTER_SETTINGS = {
     "replica.fetch.backoff.ms": "100",
     "group.initial.rebalance.delay.ms": "0",
 }
+EXTRA_SETTINGS: dict[str, str] = {}  # --broker-setting
 STARTUP_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 120.0  # per measured run
+STALE_S = 0.1  # failover: delivery reports this soon after the SIGKILL are answers already on their way
 WARMUP_RECORDS = 2000
 
 
@@ -115,6 +118,7 @@ class Broker:
         if node_id is not None:
             self.overrides.update({"node.id": str(node_id), "zookeeper.connect": zookeeper, **CLUSTER_SETTINGS})
         self.overrides.update({k: str(v) for k, v in settings.items()})
+        self.overrides.update(EXTRA_SETTINGS)
         self.log = open(root / f"{name}.log", "a+")
         self.proc: subprocess.Popen | None = None
 
@@ -207,7 +211,7 @@ def create_topic(
     if on is None:
         new = NewTopic(topic, num_partitions=1, replication_factor=rf, config=config or {})
     else:
-        new = NewTopic(topic, replica_assignment=[[on]], config=config or {})
+        new = NewTopic(topic, num_partitions=1, replica_assignment=[[on]], config=config or {})
     admin.create_topics([new], operation_timeout=15, request_timeout=20)[topic].result(30)
     return wait_for(f"{topic} to have a leader", lambda: (s := partition_state(admin, topic)) and len(s[1]) == rf and s)
 
@@ -222,65 +226,84 @@ def producer(bootstrap: str, args: argparse.Namespace, **extra) -> Producer:
         "batch.size": args.batch_size,
         "compression.type": "none",
         "enable.idempotence": False,
+        # Kafka's Java producer default (librdkafka's is 1000000): requests a broker holds
+        # for long do not pile up behind each other, batches grow instead
+        "max.in.flight.requests.per.connection": 5,
         "log_level": 3,
     }
     config.update(extra)
     return Producer(config)
 
 
-def produce_all(p: Producer, topics: list[str], n: int, value: bytes, latencies: list, errors: list) -> None:
-    """n records as fast as the client takes them, round robin over topics (partition 0)."""
+def produce_all(
+    p: Producer, topics: list[str], n: int, value: bytes, latencies: list, errors: list, max_seconds: float = 0
+) -> int:
+    """n records as fast as the client takes them, round robin over topics (partition 0).
+    After max_seconds (if set) it stops producing and drops what the client still queues
+    (what is in flight is awaited); returns the number of records delivered."""
+    delivered = 0
 
-    def delivered(t0: float, err, msg) -> None:
-        if err is not None:
-            errors.append(str(err))
-        else:
+    def report(t0: float, err, msg) -> None:
+        nonlocal delivered
+        if err is None:
+            delivered += 1
             latencies.append(time.perf_counter() - t0)
+        elif err.code() not in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
+            errors.append(str(err))
 
     deadline = time.monotonic() + RUN_TIMEOUT_S
+    cap = time.monotonic() + max_seconds if max_seconds else float("inf")
     k = len(topics)
+    capped = False
     for i in range(n):
-        while True:
+        while not capped:
             try:
                 p.produce(
-                    topics[i % k],
-                    value,
-                    b"key-%d" % i,
-                    partition=0,
-                    on_delivery=partial(delivered, time.perf_counter()),
+                    topics[i % k], value, b"key-%d" % i, partition=0, on_delivery=partial(report, time.perf_counter())
                 )
                 break
-            except BufferError:
+            except BufferError:  # the client's queue is full: serve callbacks until it drains
                 p.poll(0.005)
+                capped = time.monotonic() > cap
                 if time.monotonic() > deadline:
                     p.purge()
                     raise Fail(f"producer queue stayed full for {RUN_TIMEOUT_S:.0f}s") from None
         if i % 256 == 0:
             p.poll(0)
+            capped = capped or time.monotonic() > cap
+        if capped:
+            p.purge(in_queue=True, in_flight=False, blocking=True)
+            break
     remaining = p.flush(max(0.0, deadline - time.monotonic()))
     if remaining:
         p.purge()
         raise Fail(f"{remaining} record(s) undelivered after {RUN_TIMEOUT_S:.0f}s")
+    return delivered
 
 
-def throughput_run(bootstrap: str, topics: list[str], acks: str, args, cpu_of: dict[str, list[Broker]]) -> dict:
-    """Warm-up, then args.records records; records/s, latency, CPU of each group of brokers and of this process."""
-    p = producer(bootstrap, args, acks=acks)
+def throughput_run(
+    bootstrap: str, topics: list[str], acks: str, args, cpu_of: dict[str, list[Broker]], batch_size: int
+) -> dict:
+    """Warm-up, then args.records records (or what args.max_seconds allow): records/s,
+    latency, CPU of each group of brokers and of this process."""
+    p = producer(bootstrap, args, acks=acks, **{"batch.size": batch_size})
     value = b"x" * args.value_size
     errors: list[str] = []
-    produce_all(p, topics, WARMUP_RECORDS, value, [], errors)
+    produce_all(p, topics, WARMUP_RECORDS, value, [], errors, args.max_seconds)
     latencies: list[float] = []
     before = {g: sum(b.cpu() for b in bs) for g, bs in cpu_of.items()}
     client_before = time.process_time()
     start = time.perf_counter()
-    produce_all(p, topics, args.records, value, latencies, errors)
+    delivered = produce_all(p, topics, args.records, value, latencies, errors, args.max_seconds)
     elapsed = time.perf_counter() - start
     client = time.process_time() - client_before
     cpu = {g: 100 * (sum(b.cpu() for b in bs) - before[g]) / elapsed for g, bs in cpu_of.items()}
     latencies.sort()
     return {
-        "records_per_s": args.records / elapsed,
-        "mb_per_s": args.records * args.value_size / elapsed / 1e6,
+        "records": delivered,
+        "capped": delivered < args.records,
+        "records_per_s": delivered / elapsed,
+        "mb_per_s": delivered * args.value_size / elapsed / 1e6,
         "p50_ms": percentile_ms(latencies, 0.5),
         "p99_ms": percentile_ms(latencies, 0.99),
         "cpu_pct": {**cpu, "client": 100 * client / elapsed},
@@ -332,7 +355,7 @@ class Pacer:
 def latency_run(bootstrap: str, topic: str, acks: str, rate: float, args) -> dict:
     p = producer(bootstrap, args, acks=acks)
     value = b"x" * args.value_size
-    produce_all(p, [topic], WARMUP_RECORDS, value, [], [])
+    produce_all(p, [topic], WARMUP_RECORDS, value, [], [], args.max_seconds)
     pacer = Pacer(p, topic, rate, value)
     pacer.run_for(args.latency_seconds)
     elapsed = time.perf_counter() - pacer.t0
@@ -371,7 +394,7 @@ def cluster_acks(root: Path, zk: ZooKeeper, args, out: dict) -> None:
             groups = {"leader": [b for b in brokers if b.node_id == leader]}
             groups["followers"] = [b for b in brokers if b.node_id != leader]
             for acks in ("1", "all") if r % 2 == 0 else ("all", "1"):  # ABBA: drifts hit both alike
-                run = throughput_run(bootstrap, [topic], acks, args, groups)
+                run = throughput_run(bootstrap, [topic], acks, args, groups, args.batch_size)
                 run["leader"] = leader
                 runs[f"acks={acks}"].append(run)
                 check_alive(brokers)
@@ -422,6 +445,8 @@ def failover(root: Path, zk: ZooKeeper, args, out: dict) -> None:
             **{"enable.idempotence": True, "acks": "all", "message.timeout.ms": 300000, "retry.backoff.ms": 50},
         )
         pacer = Pacer(p, topic, args.failover_rate, b"x" * args.value_size)
+        watcher = Watcher(bootstrap, topic)
+        watcher.start()
         pacer.run_for(1.0)
         for k in range(args.kills):
             leader, isr = wait_for("a leader", lambda: partition_state(admin, topic), step=pacer.step)
@@ -433,19 +458,24 @@ def failover(root: Path, zk: ZooKeeper, args, out: dict) -> None:
             victim.proc.send_signal(signal.SIGKILL)
             first_seq = pacer.sent  # the first record produced after the kill
             deadline = t_kill + 4 * args.session_timeout_ms / 1000 + 30
-            first_any = first_new = None
+            first_ack = first_new = None
+            stale = 0  # delivery reports in the first STALE_S: answers the leader sent before it died
             seen = acked_before
             while first_new is None:
                 pacer.step()
                 while first_new is None and seen < len(pacer.acked):  # callbacks run in step(): after the kill
                     t, seq = pacer.acked[seen]
                     seen += 1
-                    first_any = first_any or t
+                    if t - t_kill < STALE_S:
+                        stale += 1
+                    elif first_ack is None:
+                        first_ack = t
                     if seq >= first_seq:
                         first_new = t
                 if time.perf_counter() > deadline:
                     raise Fail(
-                        f"kill {k + 1}: no record acknowledged {deadline - t_kill:.0f}s after killing the leader"
+                        f"kill {k + 1}: no record acknowledged {deadline - t_kill:.0f}s after SIGKILL of "
+                        f"leader {leader}; (leader, ISR) seen since: {watcher.since(t_kill)}"
                     )
                 if pacer.errors:
                     raise Fail(f"kill {k + 1}: delivery error: {pacer.errors[0]}")
@@ -456,13 +486,16 @@ def failover(root: Path, zk: ZooKeeper, args, out: dict) -> None:
                 "was_controller": controller is not None and controller.id == leader,
                 "isr_before": isr,
                 "new_leader": new_leader,
-                "first_ack_s": first_new - t_kill,
-                "first_any_ack_s": first_any - t_kill,
+                "first_ack_s": first_ack - t_kill,
+                "first_new_record_ack_s": first_new - t_kill,
+                "acks_within_stale_window": stale,
+                "leader_visible_s": (v - t_kill) if (v := watcher.new_leader_after(t_kill, leader)) else None,
+                "timeline": watcher.since(t_kill),
             }
             kills.append(kill)
             log(
                 f"  kill {k + 1}/{args.kills}: leader {leader}{' (controller)' if kill['was_controller'] else ''} "
-                f"-> {new_leader}, first ack after {kill['first_ack_s']:.3f}s"
+                f"-> {new_leader}, first ack after {kill['first_ack_s']:.3f}s; (leader, ISR) seen: {kill['timeline']}"
             )
             # A restarted broker whose old session still lives would be refused; it is gone by now.
             wait_for(f"broker {leader} to restart", lambda v=victim: _try_start(v), timeout=60, step=pacer.step)
@@ -473,6 +506,7 @@ def failover(root: Path, zk: ZooKeeper, args, out: dict) -> None:
             raise Fail("failover: records still undelivered at the end")
         if pacer.errors:
             raise Fail(f"failover: {len(pacer.errors)} delivery error(s), first: {pacer.errors[0]}")
+        watcher.done.set()
         check = verify_log(bootstrap, topic, pacer.sent)
         out["failover"] = {
             "zookeeper.session.timeout.ms": args.session_timeout_ms,
@@ -482,6 +516,11 @@ def failover(root: Path, zk: ZooKeeper, args, out: dict) -> None:
             "median_first_ack_s": statistics.median(k["first_ack_s"] for k in kills),
             "min_first_ack_s": min(k["first_ack_s"] for k in kills),
             "max_first_ack_s": max(k["first_ack_s"] for k in kills),
+            "median_leader_visible_s": statistics.median(
+                k["leader_visible_s"] for k in kills if k["leader_visible_s"] is not None
+            )
+            if any(k["leader_visible_s"] is not None for k in kills)
+            else None,
             "records_sent": pacer.sent,
             "records_acked": len(pacer.acked),
             "log_check": check,
@@ -489,6 +528,31 @@ def failover(root: Path, zk: ZooKeeper, args, out: dict) -> None:
     finally:
         stop_all(brokers)
         out["broker_logs"].update({b.name: b.tail(2000) for b in brokers if b.tail(2000).strip()})
+
+
+class Watcher(threading.Thread):
+    """Polls the partition's (leader, ISR) every 50 ms on its own AdminClient, keeping the
+    changes with their times, so failover can tell when the new leader became visible."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        super().__init__(daemon=True)
+        self.admin, self.topic = AdminClient({"bootstrap.servers": bootstrap}), topic
+        self.changes: list[tuple[float, tuple[int, list[int]] | None]] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        last = "unset"
+        while not self.done.wait(0.05):
+            state = partition_state(self.admin, self.topic)
+            if state != last:
+                self.changes.append((time.perf_counter(), state))
+                last = state
+
+    def new_leader_after(self, t: float, old: int) -> float | None:
+        return next((when for when, s in self.changes if when > t and s and s[0] != old), None)
+
+    def since(self, t: float) -> str:
+        return ", ".join(f"+{when - t:.2f}s {s}" for when, s in self.changes if when > t - 1) or "no change"
 
 
 def _try_start(broker: Broker) -> bool:
@@ -545,9 +609,11 @@ def scaling(root: Path, zk: ZooKeeper, args, out: dict) -> None:
                 raise Fail(f"topics {topics} are led by {leaders}, not by brokers 1 and 2")
             for target in ("single", "cluster") if r % 2 == 0 else ("cluster", "single"):
                 if target == "single":
-                    run = throughput_run(single.bootstrap, topics, "1", args, {"brokers": [single]})
+                    run = throughput_run(
+                        single.bootstrap, topics, "1", args, {"brokers": [single]}, args.scaling_batch_size
+                    )
                 else:
-                    run = throughput_run(bootstrap, topics, "1", args, {"brokers": cluster})
+                    run = throughput_run(bootstrap, topics, "1", args, {"brokers": cluster}, args.scaling_batch_size)
                 runs[target].append(run)
                 check_alive([single, *cluster])
                 log(f"  scaling run {r + 1}/{args.repeat} {target}: {run['records_per_s']:,.0f} records/s")
@@ -636,15 +702,17 @@ def report(out: dict, args) -> None:
             f"zookeeper.session.timeout.ms={f['zookeeper.session.timeout.ms']} (tickTime {f['zookeeper_tick_ms']} ms)"
         )
         for i, k in enumerate(f["kills"], 1):
+            visible = "-" if k["leader_visible_s"] is None else f"{k['leader_visible_s']:.2f} s"
             say(
                 f"  kill {i}: leader {k['killed']}{' (also controller)' if k['was_controller'] else ''} -> "
-                f"{k['new_leader']}: first ack of a new record {k['first_ack_s']:.3f} s "
-                f"(first delivery report of any record {k['first_any_ack_s']:.3f} s)"
+                f"{k['new_leader']}: new leader in metadata {visible}, first ack {k['first_ack_s']:.3f} s, "
+                f"first ack of a record produced after the kill {k['first_new_record_ack_s']:.3f} s"
             )
         say(
             f"  median {f['median_first_ack_s']:.3f} s "
             f"(min {f['min_first_ack_s']:.3f}, max {f['max_first_ack_s']:.3f}) = "
-            f"{f['median_first_ack_s'] * 1000 / f['zookeeper.session.timeout.ms']:.2f} x the session timeout; "
+            f"{f['median_first_ack_s'] * 1000 / f['zookeeper.session.timeout.ms']:.2f} x the session timeout "
+            f"(new leader in metadata: median {f['median_leader_visible_s'] or float('nan'):.2f} s); "
             f"log: {f['log_check']}"
         )
     if "scaling" in out:
@@ -667,16 +735,32 @@ def report(out: dict, args) -> None:
 def main(argv: list[str] | None = None) -> int:
     global _report
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=200_000, help="records per throughput run (200000)")
+    parser.add_argument("--records", type=int, help="records per throughput run (200000)")
     parser.add_argument("--value-size", type=int, default=100, help="value bytes per record (100)")
     parser.add_argument("--linger-ms", type=float, default=5, help="producer linger.ms (5)")
-    parser.add_argument("--batch-size", type=int, default=16384, help="producer batch.size (16384, Kafka's)")
-    parser.add_argument("--repeat", type=int, default=3, help="alternating runs per target, medians reported (3)")
-    parser.add_argument("--latency-seconds", type=float, default=10, help="length of each latency run (10)")
+    parser.add_argument(
+        "--batch-size", type=int, default=1_000_000, help="producer batch.size of parts 1-3 (1000000, librdkafka's)"
+    )
+    parser.add_argument(
+        "--scaling-batch-size",
+        type=int,
+        default=16384,
+        help="producer batch.size of part 4 (16384, Kafka's: small requests load the brokers, not the client)",
+    )
+    parser.add_argument("--max-seconds", type=float, help="cap on each throughput run; what is delivered counts (30)")
+    parser.add_argument(
+        "--broker-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for every broker (repeatable), e.g. replica.fetch.wait.max.ms=50",
+    )
+    parser.add_argument("--repeat", type=int, help="alternating runs per target, medians reported (3)")
+    parser.add_argument("--latency-seconds", type=float, help="length of each latency run (10)")
     parser.add_argument(
         "--latency-fraction", type=float, default=0.5, help="latency runs' rate, of the acks=all maximum (0.5)"
     )
-    parser.add_argument("--kills", type=int, default=5, help="leader kills in the failover test (5)")
+    parser.add_argument("--kills", type=int, help="leader kills in the failover test (5)")
     parser.add_argument("--failover-rate", type=int, default=2000, help="records/s produced during failover (2000)")
     parser.add_argument(
         "--session-timeout-ms", type=int, default=4000, help="zookeeper.session.timeout.ms of every cluster (4000)"
@@ -684,16 +768,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", action="append", choices=["acks", "failover", "scaling"], help="run only these parts (repeatable)"
     )
-    parser.add_argument("--quick", action="store_true", help="smoke run: 20000 records, 2 runs, 2 kills, 3 s latency")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 20000 records, 2 runs, 2 kills, 3 s latency runs, 10 s cap"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write everything as JSON ('-': stdout, table to stderr)")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.records, args.repeat, args.kills, args.latency_seconds = 20_000, 2, 2, 3.0
+    full = {"records": 200_000, "repeat": 3, "kills": 5, "latency_seconds": 10.0, "max_seconds": 30.0}
+    quick = {"records": 20_000, "repeat": 2, "kills": 2, "latency_seconds": 3.0, "max_seconds": 10.0}
+    for key, value in (quick if args.quick else full).items():  # options given explicitly win
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    try:
+        args.settings = dict(s.split("=", 1) for s in args.broker_setting)
+    except ValueError:
+        parser.error("--broker-setting takes KEY=VALUE")
     if not ZOOKEEPER_JAR.exists() or shutil.which("java") is None:
         print("ZooKeeper is not installed (apt-get install zookeeper)", file=sys.stderr)
         return 2
     if args.json == "-":
         _report = sys.stderr
+    EXTRA_SETTINGS.update(args.settings)
     parts = args.only or ["acks", "failover", "scaling"]
     out: dict = {
         "config": vars(args),
@@ -713,6 +807,9 @@ def main(argv: list[str] | None = None) -> int:
                     fn(root, zk, args, out)
         except (Fail, KafkaException) as exc:
             out["error"] = str(exc)
+            status = 1
+        except Exception as exc:  # a bug here: still report what was measured
+            out["error"] = f"{type(exc).__name__}: {exc}"
             status = 1
         finally:
             if zk is not None:
