@@ -425,18 +425,23 @@ class Broker:
         self.hook.brokkr_after_log_append(partition=partition, info=info, broker=self)
         if info.rolled is not None:
             self.hook.brokkr_segment_rolled(partition=partition, segment=info.rolled, broker=self)
-        self.advance_high_watermark(partition, partition.high_watermark_candidate())
+        if not self.advance_high_watermark(partition, partition.high_watermark_candidate()):
+            # Kafka's tryCompleteDelayedRequests: followers' fetches parked on this
+            # partition wake on new data even while the high watermark waits for them.
+            self.purgatory.check(partition)
         return info
 
-    def advance_high_watermark(self, partition: Partition, new: int) -> None:
+    def advance_high_watermark(self, partition: Partition, new: int) -> bool:
+        """Move the high watermark up to ``new``; whether it moved."""
         old = partition.high_watermark
         if new <= old:
-            return
+            return False
         partition.high_watermark = new
         if partition.log_keeps_high_watermark:  # for the log's replication-offset-checkpoint
             partition.log.high_watermark = new
         self.hook.brokkr_high_watermark_advanced(partition=partition, old=old, new=new, broker=self)
         self.purgatory.check(partition)
+        return True
 
     def delete_records(self, partition: Partition, offset: int) -> int:
         """DeleteRecords: advance the log start offset to ``offset`` (-1: the high

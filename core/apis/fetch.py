@@ -125,10 +125,11 @@ async def handle(broker, ctx, request):
         _add_divergent(request, responses, divergent, broker)
     watched = {p for _, _, items in plan for _, p, err in items if p is not None and not err}
     if total < request.min_bytes and request.max_wait_ms > 0 and watched and not has_error:
-        start = {p: p.bytes_appended for p in watched}
+        start = {p: (p.bytes_appended, p.high_watermark) for p in watched}
 
-        def enough() -> bool:
-            return total + sum(p.bytes_appended - n for p, n in start.items()) >= request.min_bytes
+        def enough() -> bool:  # a consumer's new bytes count once the high watermark passes some of them
+            new = sum(p.bytes_appended - n for p, (n, hw) in start.items() if follower or p.high_watermark > hw)
+            return total + new >= request.min_bytes
 
         await broker.purgatory.wait(DelayedOperation(request.max_wait_ms, enough), watched)
         responses, total = _read_all(broker, plan, min(request.max_bytes, broker.config["fetch.max.bytes"]), follower)
