@@ -38,12 +38,12 @@ import time
 from functools import partial
 from pathlib import Path
 
+from brokkr.core.testing import ZOOKEEPER_JAR, zookeeper_chroot, zookeeper_server
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from produce import cpu_seconds, free_port, percentile_ms, stop_broker
 
-ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
-ZOOKEEPER_TICK_MS = 500  # as core/testing.py: sessions from 1 s (2 ticks) to 10 s (20 ticks)
+ZOOKEEPER_TICK_MS = 500  # core/testing.zookeeper_server: sessions from 1 s (2 ticks) to 10 s (20 ticks)
 #: Cluster settings as core/testing.py's CLUSTER_SETTINGS (the session timeout is an option).
 CLUSTER_SETTINGS = {
     "replica.lag.time.max.ms": "3000",
@@ -62,51 +62,6 @@ class Fail(Exception):
 
 
 # -- processes ---------------------------------------------------------------------------
-
-
-class ZooKeeper:
-    def __init__(self, root: Path):
-        self.port = free_port()
-        self.log = open(root / "zookeeper.log", "w+")
-        data = root / "zookeeper"
-        data.mkdir()
-        self.proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false",
-             "-cp", f"/etc/zookeeper/conf:{ZOOKEEPER_JAR}", "org.apache.zookeeper.server.ZooKeeperServerMain",
-             str(self.port), str(data), str(ZOOKEEPER_TICK_MS)],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not self._answers_srvr():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise Fail("ZooKeeper did not start")
-            time.sleep(0.1)
-
-    def _answers_srvr(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"srvr")
-                return b"Zookeeper version" in s.recv(4096)
-        except OSError:
-            return False
-
-    def chroot(self, name: str) -> str:
-        """zookeeper.connect for a cluster of its own under /name."""
-        from kazoo.client import KazooClient
-
-        zk = KazooClient(hosts=f"127.0.0.1:{self.port}")
-        zk.start(timeout=10)
-        try:
-            zk.ensure_path(f"/{name}")
-        finally:
-            zk.stop()
-            zk.close()
-        return f"127.0.0.1:{self.port}/{name}"
-
-    def stop(self) -> None:
-        stop_broker(self.proc)  # SIGTERM, SIGKILL after 10 s
-        self.log.close()
 
 
 class Broker:
@@ -193,8 +148,8 @@ def partition_state(admin: AdminClient, topic: str) -> tuple[int, list[int]] | N
     return t.partitions[0].leader, sorted(t.partitions[0].isrs)
 
 
-def start_cluster(root: Path, zk: ZooKeeper, name: str, n: int, **settings) -> tuple[list[Broker], AdminClient]:
-    connect = zk.chroot(name)
+def start_cluster(root: Path, zk: str, name: str, n: int, **settings) -> tuple[list[Broker], AdminClient]:
+    connect = zookeeper_chroot(zk, name)
     brokers = [Broker(root, f"{name}-{i}", i, connect, **settings) for i in range(1, n + 1)]
     for b in brokers:
         b.start()
@@ -382,7 +337,7 @@ def median(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def cluster_acks(root: Path, zk: ZooKeeper, args, out: dict) -> None:
+def cluster_acks(root: Path, zk: str, args, out: dict) -> None:
     """1 and 2: acks=all against acks=1 on an RF=3 topic, throughput then latency."""
     brokers, admin = start_cluster(root, zk, "acks", 3, **{"zookeeper.session.timeout.ms": args.session_timeout_ms})
     bootstrap = ",".join(b.bootstrap for b in brokers)
@@ -430,7 +385,7 @@ def cluster_acks(root: Path, zk: ZooKeeper, args, out: dict) -> None:
         out["broker_logs"].update({b.name: b.tail(2000) for b in brokers if b.tail(2000).strip()})
 
 
-def failover(root: Path, zk: ZooKeeper, args, out: dict) -> None:
+def failover(root: Path, zk: str, args, out: dict) -> None:
     """3: SIGKILL the leader of an RF=3 topic under an idempotent acks=all producer."""
     brokers, admin = start_cluster(root, zk, "failover", 3, **{"zookeeper.session.timeout.ms": args.session_timeout_ms})
     bootstrap = ",".join(b.bootstrap for b in brokers)
@@ -588,7 +543,7 @@ def verify_log(bootstrap: str, topic: str, sent: int) -> str:
     )
 
 
-def scaling(root: Path, zk: ZooKeeper, args, out: dict) -> None:
+def scaling(root: Path, zk: str, args, out: dict) -> None:
     """4: two RF=1 topics on a 2-broker cluster (one each) against both on one broker."""
     single = Broker(root, "single")
     cluster: list[Broker] = []
@@ -798,22 +753,18 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     with tempfile.TemporaryDirectory(prefix="brokkr-repl-bench-") as tmp:
         root = Path(tmp)
-        zk = None
         try:
-            zk = ZooKeeper(root)
-            for name, fn in (("acks", cluster_acks), ("failover", failover), ("scaling", scaling)):
-                if name in parts:
-                    log(f"{name}...")
-                    fn(root, zk, args, out)
+            with open(root / "zookeeper.log", "w") as zk_log, zookeeper_server(root / "zookeeper", zk_log) as zk:
+                for name, fn in (("acks", cluster_acks), ("failover", failover), ("scaling", scaling)):
+                    if name in parts:
+                        log(f"{name}...")
+                        fn(root, zk, args, out)
         except (Fail, KafkaException) as exc:
             out["error"] = str(exc)
             status = 1
         except Exception as exc:  # a bug here: still report what was measured
             out["error"] = f"{type(exc).__name__}: {exc}"
             status = 1
-        finally:
-            if zk is not None:
-                zk.stop()
     out["seconds"] = time.monotonic() - started
     report(out, args)
     if status:

@@ -24,6 +24,7 @@ Mark a test ``@pytest.mark.brokkr_config(key=value, ...)`` to pass settings to
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -90,23 +91,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def brokkr_zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """host:port of a standalone ZooKeeper for the test session (tickTime 500 ms, so
-    sessions may be as short as a second)."""
-    pytest.importorskip("kazoo")
-    if not ZOOKEEPER_JAR.exists() or shutil.which("java") is None:
-        pytest.skip("ZooKeeper is not installed (apt-get install zookeeper)")
-    data, port = tmp_path_factory.mktemp("zookeeper"), free_port()
+@contextlib.contextmanager
+def zookeeper_server(data: Path, output: Any = subprocess.DEVNULL) -> Iterator[str]:
+    """A standalone ZooKeeper (Debian's package) on a free port with its data in ``data``,
+    tickTime 500 ms so sessions may be as short as a second; yields its host:port, and
+    kills it on exit."""
+    data.mkdir(parents=True, exist_ok=True)
+    port = free_port()
     proc = subprocess.Popen(
-        ["java", "-Dzookeeper.admin.enableServer=false", "-cp", f"/etc/zookeeper/conf:{ZOOKEEPER_JAR}",
+        ["java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false", "-cp", f"/etc/zookeeper/conf:{ZOOKEEPER_JAR}",
          "org.apache.zookeeper.server.ZooKeeperServerMain", str(port), str(data), "500"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=output, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 30
         while not _answers_srvr(port):
-            assert proc.poll() is None and time.monotonic() < deadline, "ZooKeeper did not start"
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("ZooKeeper did not start")
             time.sleep(0.1)
         yield f"127.0.0.1:{port}"
     finally:
@@ -123,20 +124,34 @@ def _answers_srvr(port: int) -> bool:
         return False
 
 
-@pytest.fixture
-def brokkr_zookeeper(brokkr_zookeeper_server: str) -> str:
-    """``zookeeper.connect`` for one test: the session's server, under a chroot of its own."""
+def zookeeper_chroot(hosts: str, name: str) -> str:
+    """``zookeeper.connect`` for a cluster of its own: ``hosts`` under the path /name."""
     from kazoo.client import KazooClient
 
-    chroot = f"/brokkr-{os.getpid()}-{next(_chroots)}"
-    zk = KazooClient(hosts=brokkr_zookeeper_server)
+    zk = KazooClient(hosts=hosts)
     zk.start(timeout=10)
     try:
-        zk.ensure_path(chroot)
+        zk.ensure_path(f"/{name}")
     finally:
         zk.stop()
         zk.close()
-    return brokkr_zookeeper_server + chroot
+    return f"{hosts}/{name}"
+
+
+@pytest.fixture(scope="session")
+def brokkr_zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """host:port of a standalone ZooKeeper for the test session."""
+    pytest.importorskip("kazoo")
+    if not ZOOKEEPER_JAR.exists() or shutil.which("java") is None:
+        pytest.skip("ZooKeeper is not installed (apt-get install zookeeper)")
+    with zookeeper_server(tmp_path_factory.mktemp("zookeeper")) as hosts:
+        yield hosts
+
+
+@pytest.fixture
+def brokkr_zookeeper(brokkr_zookeeper_server: str) -> str:
+    """``zookeeper.connect`` for one test: the session's server, under a chroot of its own."""
+    return zookeeper_chroot(brokkr_zookeeper_server, f"brokkr-{os.getpid()}-{next(_chroots)}")
 
 
 @pytest.fixture
