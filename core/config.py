@@ -215,6 +215,7 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef(
         "broker.id", I, None, "This broker's id in a ZooKeeper cluster (node.id's older name).", validator=at_least(0)
     ),
+    ConfigDef("broker.rack", S, None, "This broker's rack: replicas of a partition are spread over racks when placed."),
     ConfigDef(
         "replica.lag.time.max.ms",
         L,

@@ -177,3 +177,47 @@ def imbalanced(topics, states, live: set[int], percentage: int) -> list[tuple[st
         if off and 100 * len(off) / len(partitions) > percentage:
             out.extend((n, i) for n, i in off if broker in states(n, i).isr)
     return out
+
+
+def place_replicas(
+    racks: dict[int, str | None], partitions: range, replication_factor: int, start: int, shift: int
+) -> dict[int, tuple[int, ...]]:
+    """Replicas for ``partitions`` on the brokers of ``racks`` (id: rack), as Kafka's
+    AdminUtils places them: leaders round robin from index ``start``, followers at a
+    shifting distance (``shift``), so replicas and leaders spread evenly. When brokers
+    have racks, the brokers are ordered alternating between racks and each partition's
+    replicas go to as many different racks as there are (brokers without a rack count
+    as one rack, as KRaft's placer does). Raises ValueError when ``replication_factor``
+    exceeds the brokers."""
+    aware = any(rack is not None for rack in racks.values())
+    if aware:  # Kafka's getRackAlternatedBrokerList
+        by_rack: dict[str, list[int]] = {}
+        for node, rack in sorted(racks.items()):
+            by_rack.setdefault(rack or "", []).append(node)
+        columns = [by_rack[rack] for rack in sorted(by_rack)]
+        brokers = [c[i] for i in range(max(map(len, columns))) for c in columns if i < len(c)]
+    else:
+        brokers = sorted(racks)
+    n, n_racks = len(brokers), len({racks[b] for b in brokers})
+    if replication_factor > n:
+        raise ValueError(f"replication factor {replication_factor} larger than the {n} available brokers")
+    out = {}
+    for p in partitions:
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start) % n
+        replicas = [brokers[first]]
+        used_racks = {racks[brokers[first]]}
+        k = 0
+        while len(replicas) < replication_factor:
+            distance = 1 + ((shift * n_racks if aware else shift) + k) % (n - 1)
+            candidate = brokers[(first + distance) % n]
+            k += 1
+            if candidate in replicas and len(replicas) < n:
+                continue  # another broker still has no replica of this partition
+            if aware and racks[candidate] in used_racks and len(used_racks) < n_racks:
+                continue  # another rack still has no replica of this partition
+            replicas.append(candidate)
+            used_racks.add(racks[candidate])
+        out[p] = tuple(replicas)
+    return out

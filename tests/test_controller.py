@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from brokkr.core.cluster import PartitionState, TopicAssignment
-from brokkr.core.controller import PREFERRED, UNCLEAN, Controller, elect, imbalanced
+from brokkr.core.controller import PREFERRED, UNCLEAN, Controller, elect, imbalanced, place_replicas
 from brokkr.core.errors import ErrorCode
 
 decide = Controller.decide
@@ -51,3 +52,30 @@ def test_an_imbalanced_broker_takes_back_the_partitions_it_prefers_and_is_in_syn
     moves = imbalanced({"t": topic}, lambda name, p: states[p], {1, 2}, 10)
     assert moves == [("t", 0)], "partition 1's preferred replica is not in sync"
     assert imbalanced({"t": topic}, lambda name, p: states[p], {1, 2}, 90) == []
+
+
+def test_replicas_are_placed_as_kafka_places_them():
+    # AdminUtils' own example: 5 brokers, 10 partitions, 3 replicas, start 0, shift 0
+    placed = place_replicas(dict.fromkeys(range(5)), range(10), 3, 0, 0)
+    assert placed[0] == (0, 1, 2) and placed[4] == (4, 0, 1)
+    assert placed[5] == (0, 2, 3) and placed[9] == (4, 1, 2), "the second replica shifts after each round"
+    leaders = [replicas[0] for replicas in placed.values()]
+    assert sorted(leaders) == sorted(list(range(5)) * 2)
+
+
+def test_replicas_spread_over_racks():
+    racks = {0: "rack1", 1: "rack3", 2: "rack3", 3: "rack2", 4: "rack2", 5: "rack1"}
+    # Kafka's example: the rack-alternated list is 0, 3, 1, 5, 4, 2
+    placed = place_replicas(racks, range(6), 3, 0, 0)
+    assert [placed[p] for p in range(6)] == [(0, 3, 1), (3, 1, 5), (1, 5, 4), (5, 4, 2), (4, 2, 0), (2, 0, 3)]
+    for start in range(6):
+        for shift in range(6):
+            for replicas in place_replicas(racks, range(12), 3, start, shift).values():
+                assert len(set(replicas)) == 3 and len({racks[r] for r in replicas}) == 3
+            for replicas in place_replicas(racks, range(12), 4, start, shift).values():
+                assert len(set(replicas)) == 4 and len({racks[r] for r in replicas}) == 3
+    # brokers without a rack count as one rack
+    mixed = place_replicas({1: "a", 2: None, 3: "a", 4: None}, range(8), 2, 1, 2)
+    assert all({r % 2 for r in replicas} == {0, 1} for replicas in mixed.values())
+    with pytest.raises(ValueError):
+        place_replicas(racks, range(1), 7, 0, 0)

@@ -59,7 +59,7 @@ def cluster_brokers(broker, listener_name: str) -> tuple[list[tuple[int, str, in
     and the controller's id (-1 while none)."""
     if broker.replicas is None:
         listener = advertised_listener(broker.listeners, broker.config, listener_name)
-        return [(broker.node_id, listener.host, listener.port, None)], broker.node_id
+        return [(broker.node_id, listener.host, listener.port, broker.config["broker.rack"])], broker.node_id
     m = broker.replicas.membership
     brokers = [
         (b.node_id, *b.endpoint(listener_name), b.rack) for b in sorted(m.brokers().values(), key=lambda b: b.node_id)
