@@ -32,7 +32,7 @@ import attrs
 
 from .broker_client import BrokerClient
 from .cluster import BrokerInfo, ClusterMembership, PartitionState, TopicAssignment
-from .controller import Controller
+from .controller import Controller, place_replicas
 from .errors import BrokkrError, ConfigError, ErrorCode
 from .log import OffsetOutOfRange
 from .producer_state import rebuild_producer_state
@@ -68,7 +68,7 @@ class ReplicaManager:
     async def start(self) -> None:
         listener = self.broker.listeners[0]
         endpoints = tuple((lst.name, lst.host, lst.port) for lst in self.broker.listeners)
-        me = BrokerInfo(self.node_id, listener.host, listener.port, None, endpoints)
+        me = BrokerInfo(self.node_id, listener.host, listener.port, self.broker.config["broker.rack"], endpoints)
         await self.membership.join(me, self)
         self.broker.cluster_id = self.membership.cluster_id
         self._task = asyncio.create_task(self._apply_loop(), name="brokkr-replication")
@@ -119,9 +119,18 @@ class ReplicaManager:
         self._dirty.set()
 
     def session_lost(self) -> None:
-        log.error("this broker lost its cluster session; stopping (restart it to rejoin)")
-        self.broker.clean_shutdown = False
-        asyncio.ensure_future(self.broker.stop())
+        """Out of the cluster, this broker may no longer be a leader (the controller has
+        elected others meanwhile): it steps down at once, so no write is acknowledged by it,
+        and stops fetching. Once the membership has registered it again, the next apply
+        makes it a follower of the new leaders (truncating what diverged) and it rejoins
+        the ISR, as a Kafka broker does after its ZooKeeper session expired."""
+        for topic in self.broker.topics.values():
+            for partition in topic.local_partitions():
+                if partition.is_leader:
+                    partition.leader_id = -1
+                    self.broker.hook.brokkr_became_follower(partition=partition, broker=self.broker)
+                    self.broker.purgatory.check(partition)  # acks=-1 waits end: NOT_LEADER_OR_FOLLOWER
+        self._update_fetchers({})
 
     # -- applying the cluster's state -----------------------------------------------------
 
@@ -392,29 +401,19 @@ class ReplicaManager:
             await self.membership.update_topic(attrs.evolve(current, configs=strings))
 
     def assign_replicas(self, partitions: int, replication_factor: int) -> dict[int, tuple[int, ...]]:
-        """Kafka's rack-unaware replica placement (AdminUtils.assignReplicasToBrokers): a
-        random start, then round robin with a shifting second replica."""
+        """Replicas for a new topic's partitions, placed as Kafka places them (rack aware
+        when brokers set ``broker.rack``), from a random start."""
         import random
 
-        brokers = sorted(self.membership.brokers())
-        n = len(brokers)
+        racks = {node: b.rack for node, b in self.membership.brokers().items()}
+        n = len(racks)
         if replication_factor > n:
             raise BrokkrError(
                 f"Unable to replicate the partition {replication_factor} time(s): The target replication factor of "
                 f"{replication_factor} cannot be reached because only {n} broker(s) are registered.",
                 ErrorCode.INVALID_REPLICATION_FACTOR,
             )
-        start, shift = random.randrange(n), random.randrange(n)
-        out = {}
-        for p in range(partitions):
-            if p > 0 and p % n == 0:
-                shift += 1
-            first = (p + start) % n
-            replicas = [brokers[first]]
-            for j in range(replication_factor - 1):
-                replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
-            out[p] = tuple(replicas)
-        return out
+        return place_replicas(racks, range(partitions), replication_factor, random.randrange(n), random.randrange(n))
 
 
 @attrs.define(eq=False)
@@ -451,7 +450,10 @@ class ReplicaFetcher:
             except Exception as exc:
                 if not failing:  # said once per spell of failures
                     log.warning(
-                        "fetching from broker %d failed: %r", self.leader, exc, exc_info=not isinstance(exc, OSError)
+                        "fetching from broker %d failed: %r",
+                        self.leader,
+                        exc,
+                        exc_info=not isinstance(exc, (OSError, EOFError)),
                     )
                 failing = True
                 if self._client is not None:

@@ -106,6 +106,7 @@ class ZooKeeperMembership:
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
         self._closing = False
+        self._expired = False  # the session expired; register again once connected
 
     # -- the interface ------------------------------------------------------------
 
@@ -160,6 +161,14 @@ class ZooKeeperMembership:
         except NodeExistsError:
             pass
         self.cluster_id = json.loads(self.zk.get("/cluster/id")[0])["id"]
+        self._register()
+        self._refresh("*")
+
+    def _register(self) -> None:
+        """Create this broker's ephemeral /brokers/ids/<id> (at join, and again in a new
+        session after the old one expired, as Kafka's brokers re-register)."""
+        from kazoo.exceptions import NodeExistsError
+
         me = self._me
         assert me is not None
         registration = {
@@ -177,7 +186,6 @@ class ZooKeeperMembership:
             self.zk.create(f"/brokers/ids/{me.node_id}", json.dumps(registration).encode(), ephemeral=True)
         except NodeExistsError:
             raise ConfigError(f"broker.id {me.node_id} is registered by another live broker") from None
-        self._refresh("*")
 
     def _leave(self) -> None:
         try:
@@ -189,11 +197,29 @@ class ZooKeeperMembership:
     def _state_changed(self, state) -> None:  # kazoo's thread
         from kazoo.protocol.states import KazooState
 
-        if state == KazooState.LOST and not self._closing and self._loop is not None:
-            log.error("the ZooKeeper session expired")
+        if self._closing or self._loop is None:
+            return
+        if state == KazooState.LOST:
+            log.error("the ZooKeeper session expired; this broker is out of the cluster until it reconnects")
+            self._expired = True
+            self.controller_id = None  # its ephemeral /controller went with the session
             self._loop.call_soon_threadsafe(self._listener.session_lost)
-        elif state == KazooState.CONNECTED and not self._closing:
-            self._schedule_refresh()
+        elif state == KazooState.CONNECTED:
+            if self._expired:  # a new session: register again, then re-read everything
+                self._expired = False
+                self._worker.submit(self._rejoin)
+            else:
+                self._schedule_refresh()
+
+    def _rejoin(self) -> None:
+        try:
+            self._register()
+        except Exception as exc:  # e.g. the connection dropped again: the next CONNECTED retries
+            log.warning("registering again after the session expired failed: %s", exc)
+            self._expired = True
+            return
+        log.info("broker %d registered again in a new ZooKeeper session", self._me.node_id)
+        self._schedule_refresh()
 
     def _watch(self, event) -> None:  # kazoo's thread
         self._schedule_refresh(event.path)
