@@ -99,7 +99,37 @@ def test_unsupported_api_versions_version_answers_v0_with_the_supported_list(bro
 def test_api_versions_lists_only_what_is_served(brokkr_broker):
     with RawClient(brokkr_broker.bootstrap_servers) as c:
         response = c.request(API_VERSIONS, 0, API_VERSIONS_REQ())
-    core = {0, 1, 2, 3, 17, 18, 19, 20, 21, 22, 29, 30, 31, 32, 33, 35, 36, 37, 43, 44, 45, 46, 48, 49, 50, 51, 60, 75}
+    core = {
+        0,
+        1,
+        2,
+        3,
+        17,
+        18,
+        19,
+        20,
+        21,
+        22,
+        23,
+        29,
+        30,
+        31,
+        32,
+        33,
+        35,
+        36,
+        37,
+        43,
+        44,
+        45,
+        46,
+        48,
+        49,
+        50,
+        51,
+        60,
+        75,
+    }
     groups = {8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69}  # the built-in group coordinator plugin
     assert {k.api_key for k in response.api_keys} == core | groups
 

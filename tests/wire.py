@@ -9,6 +9,7 @@ from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import build_batch, encode_batch
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
+OFFSET_FOR_LEADER_EPOCH = 23
 
 
 def produce_body(
@@ -94,3 +95,11 @@ def empty_records_batch(count: int, declared: int | None = None) -> bytes:
     """A zstd batch of ``count`` empty records (every offset delta 0, so it is rebuilt),
     claiming ``declared`` records if given: a few hundred bytes for a million records."""
     return compressed_batch(zstandard.ZstdCompressor().compress(EMPTY_RECORD * count), declared or count, ZSTD)
+
+
+def offset_for_leader_epoch_body(topic: str, leader_epoch: int, current_leader_epoch: int = -1, partition: int = 0):
+    spec = request_spec(OFFSET_FOR_LEADER_EPOCH)
+    p = spec.struct("OffsetForLeaderPartition")(
+        partition=partition, current_leader_epoch=current_leader_epoch, leader_epoch=leader_epoch
+    )
+    return spec.cls(replica_id=-1, topics=[spec.struct("OffsetForLeaderTopic")(topic=topic, partitions=[p])])

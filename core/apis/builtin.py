@@ -12,6 +12,7 @@ _MODULES = (
     "produce",
     "fetch",
     "list_offsets",
+    "offset_for_leader_epoch",
     "metadata",
     "api_versions",
     "create_topics",

@@ -6,16 +6,26 @@ losing an acknowledged record; min.insync.replicas is enforced; consumer groups 
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
+from brokkr.core.authorization import AclOperation, AuthorizationResult
 from brokkr.core.client import RawClient
 from brokkr.core.errors import ErrorCode
 from brokkr.core.plugins import hookimpl
 from brokkr.core.testing import CLUSTER_SETTINGS as CLUSTER
 
 from tests.serve import Served
-from tests.wire import PRODUCE, batch, produce_body
+from tests.wire import (
+    FETCH,
+    OFFSET_FOR_LEADER_EPOCH,
+    PRODUCE,
+    batch,
+    fetch_body,
+    offset_for_leader_epoch_body,
+    produce_body,
+)
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
@@ -161,6 +171,118 @@ def test_min_insync_replicas_refuses_acks_all_when_too_few_replicas_are_in_sync(
         one = c.request(PRODUCE, 9, produce_body("m", batch(), acks=1))
     assert response.responses[0].partition_responses[0].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
     assert one.responses[0].partition_responses[0].error_code == 0, "acks=1 needs the leader only"
+
+
+def test_acks_all_completes_when_followers_fetch_not_after_their_fetch_wait(brokkr_cluster):
+    # Followers' fetches wait up to replica.fetch.wait.max.ms; a new append wakes them at
+    # once (Kafka's tryCompleteDelayedRequests), so acks=all costs a round trip, not a wait.
+    brokers = brokkr_cluster(3, replica_fetch_wait_max_ms=3000)
+    placed = create(brokers, "w", 1, 3)
+    leader = next(b for b in brokers if b.broker.node_id == placed[0][0])
+    wait_for("a full ISR", lambda: len(leader.call(lambda: leader.broker.partition("w", 0).isr)) == 3)
+    with RawClient(leader.bootstrap_servers) as c:
+        c.request(PRODUCE, 9, produce_body("w", batch(), acks=-1))  # the followers' fetchers are running
+        took = []
+        for _ in range(5):
+            start = time.monotonic()
+            response = c.request(PRODUCE, 9, produce_body("w", batch(), acks=-1))
+            took.append(time.monotonic() - start)
+            assert response.responses[0].partition_responses[0].error_code == 0
+    assert max(took) < 1.0, f"acks=all took {took} s with a 3 s replica.fetch.wait.max.ms"
+
+
+def test_replicas_spread_over_the_brokers_racks(brokkr_broker_factory, brokkr_zookeeper, tmp_path):
+    racks = {1: "east", 2: "east", 3: "west", 4: "west"}
+    brokers = [
+        brokkr_broker_factory(
+            {
+                "node.id": n,
+                "broker.rack": rack,
+                "zookeeper.connect": brokkr_zookeeper,
+                "log.dirs": str(tmp_path / f"b{n}"),
+            }
+            | CLUSTER
+        )
+        for n, rack in racks.items()
+    ]
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    nodes = admin.describe_cluster().result(DEADLINE).nodes
+    assert {n.id: n.rack for n in nodes} == racks, "DescribeCluster names each broker's rack"
+    placed = create(brokers, "racked", 8, 2)
+    for _, replicas, _ in placed.values():
+        assert {racks[r] for r in replicas} == {"east", "west"}, f"both racks hold a replica: {replicas}"
+
+
+def test_stale_and_future_leader_epochs_and_where_epochs_end(brokkr_cluster):
+    brokers = brokkr_cluster(3)
+    first = create(brokers, "e", 1, 3)[0][0]
+    producer = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all"})
+    for i in range(10):
+        producer.produce("e", b"%d" % i)
+    assert producer.flush(DEADLINE) == 0
+    old = next(b for b in brokers if b.broker.node_id == first)
+    old.stop()  # leadership moves: epoch 1 starts at offset 10
+    alive = [b for b in brokers if b is not old]
+    leader_id = wait_for("a new leader", lambda: (m := leaders(alive, "e", 1)) and m[0][0] != first and m)[0][0]
+    leader = next(b for b in alive if b.broker.node_id == leader_id)
+    follower = next(b for b in alive if b is not leader)
+    epoch = leader.call(lambda: leader.broker.partition("e", 0).leader_epoch)
+    assert epoch >= 1
+    with RawClient(leader.bootstrap_servers) as c:
+        assert (
+            c.request(PRODUCE, 9, produce_body("e", batch(), acks=-1)).responses[0].partition_responses[0].error_code
+            == 0
+        )
+
+        def fetch_error(current: int) -> int:
+            body = fetch_body("e")
+            body.topics[0].partitions[0].current_leader_epoch = current
+            return c.request(FETCH, 12, body).responses[0].partitions[0].error_code
+
+        def end_of(epoch_asked: int, current: int = -1):
+            r = c.request(OFFSET_FOR_LEADER_EPOCH, 4, offset_for_leader_epoch_body("e", epoch_asked, current))
+            p = r.topics[0].partitions[0]
+            return p.error_code, p.leader_epoch, p.end_offset
+
+        assert fetch_error(epoch) == 0
+        assert fetch_error(epoch - 1) == ErrorCode.FENCED_LEADER_EPOCH
+        assert fetch_error(epoch + 1) == ErrorCode.UNKNOWN_LEADER_EPOCH
+        assert end_of(0) == (0, 0, 10), "epoch 0 ended where the new leader's epoch started"
+        assert end_of(epoch, epoch) == (0, epoch, 11)
+        assert end_of(epoch + 5) == (0, -1, -1)
+        assert end_of(epoch, epoch - 1)[0] == ErrorCode.FENCED_LEADER_EPOCH
+    with RawClient(follower.bootstrap_servers) as c:
+        r = c.request(OFFSET_FOR_LEADER_EPOCH, 4, offset_for_leader_epoch_body("e", 0))
+        assert r.topics[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+class FollowersRefused:
+    """An authorizer that, once ``refusing`` is set, denies followers' fetches (ClusterAction)."""
+
+    def __init__(self):
+        self.refusing = threading.Event()
+
+    @hookimpl
+    def brokkr_authorize(self, actions):
+        refuse = self.refusing.is_set()
+        return [
+            AuthorizationResult.DENIED if refuse and a.operation is AclOperation.CLUSTER_ACTION else None
+            for a in actions
+        ]
+
+
+def test_an_isr_that_shrinks_while_acks_all_waits_answers_not_enough_replicas_after_append(brokkr_cluster):
+    refusal = FollowersRefused()
+    brokers = brokkr_cluster(2, plugins=(refusal,))
+    placed = create(brokers, "s", 1, 2, min_insync_replicas=2)
+    leader = next(b for b in brokers if b.broker.node_id == placed[0][0])
+    wait_for("a full ISR", lambda: len(leader.call(lambda: leader.broker.partition("s", 0).isr)) == 2)
+    refusal.refusing.set()  # the follower can no longer fetch: it leaves the ISR after replica.lag.time.max.ms
+    with RawClient(leader.bootstrap_servers) as c:
+        r = c.request(PRODUCE, 9, produce_body("s", batch(), acks=-1, timeout_ms=20000))
+        after = c.request(PRODUCE, 9, produce_body("s", batch(), acks=-1))
+    assert r.responses[0].partition_responses[0].error_code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert after.responses[0].partition_responses[0].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
 
 
 def test_a_sigkilled_leader_is_replaced_after_its_session_expires(brokkr_cluster, brokkr_zookeeper, tmp_path):
