@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 import uuid
 
 import pytest
@@ -280,6 +281,26 @@ def test_regex_subscriptions_follow_the_topics_that_match():
     topics.create("xorders-4", 1)  # matched as a whole name: not by orders-.*
     run([a])
     assert a.partitions("orders-3") == {0} and len(a.owned) == 3
+
+
+@pytest.mark.parametrize("regex", ["(?<=a)b", "(a)\\1", "(?=x)y"])
+def test_regexes_are_re2_patterns_as_kafka_s_re2j(regex):
+    """Look-arounds and back-references are not RE2 (nor RE2/J): Kafka refuses them."""
+    shard = Shard(FakeTopics(t=1))
+    bad = shard.error(member_id="m", **dict(JOIN, subscribed_topic_names=None), subscribed_topic_regex=regex)
+    assert bad.code == ErrorCode.INVALID_REGULAR_EXPRESSION
+
+
+def test_a_pathological_regex_matches_in_linear_time():
+    """(a+)+$ against a long name of a's and a b takes exponential time in a backtracking
+    engine; a member must not be able to stall the coordinator with it."""
+    topics = FakeTopics(**{"a" * 200 + "b": 1, "aaa": 1})
+    shard = Shard(topics)
+    a = Client(shard, regex="(a+)+")
+    start = time.monotonic()
+    a.beat()
+    assert time.monotonic() - start < 1.0
+    assert a.partitions("aaa") == {0} and len(a.owned) == 1
 
 
 def test_states_and_the_group_rebuilt_from_its_records():

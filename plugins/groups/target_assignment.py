@@ -7,11 +7,11 @@ partition count, as they exist now) is stored in a ConsumerGroupPartitionMetadat
 when the topics change (created, deleted, grown) the metadata differs from the stored one,
 which bumps the group epoch and so recomputes the target assignment.
 
-Regular expressions match whole topic names (Python's ``re.fullmatch``, standing in for
-Kafka's RE2/J ``matches()``; what does not compile is refused with
-INVALID_REGULAR_EXPRESSION). Unlike RE2, Python's engine backtracks: a pathological
-pattern can take long on a long topic name, so a principal allowed to READ a group can
-slow the coordinator with one; Kafka's RE2/J matches in linear time.
+Regular expressions match whole topic names with RE2 (Google's library, of which Kafka's
+RE2/J is the Java port: the same syntax, ``fullmatch`` as RE2/J's ``matches()``); what does
+not compile is refused with INVALID_REGULAR_EXPRESSION. RE2 matches in time linear in the
+name and bounds its memory per pattern, so no pattern a member sends can make the
+coordinator backtrack (Python's ``re`` could be made to take exponential time).
 
 Resolving them is a cache of the topic list, not state: it is not stored and, unlike
 Kafka (which resolves asynchronously and stores the result in
@@ -23,12 +23,12 @@ of topics changes, and otherwise every :data:`REGEX_REFRESH_MS`, as Kafka's batc
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 import attrs
+import re2
 
 from .assignor_spec import Assignor, MemberSpec
 from .consumer_group import ConsumerGroup, TopicMetadata
@@ -60,12 +60,15 @@ class RegexCache:
     refreshed_at: int = 0
 
 
-def compile_regex(regex: str) -> re.Pattern:
-    """The compiled pattern; ValueError with the reason when it does not compile."""
+def compile_regex(regex: str) -> re2._Regexp:
+    """The compiled RE2 pattern; ValueError with the reason when it does not compile."""
+    options = re2.Options()
+    options.log_errors = False  # a member's bad pattern is its error, not the broker's log's
     try:
-        return re.compile(regex)
-    except (re.error, RecursionError, OverflowError) as exc:
-        raise ValueError(str(exc)) from None
+        return re2.compile(regex, options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        raise ValueError(reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)) from None
 
 
 def resolve_regexes(
