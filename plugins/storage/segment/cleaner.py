@@ -46,7 +46,15 @@ from brokkr.core.protocol.records import (
 )
 from crc32c import crc32c
 
-from .files import LOG_SUFFIX, fsync_path, segment_file
+from .files import (
+    INDEX_SUFFIX,
+    INDEX_SUFFIXES,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    fsync_path,
+    segment_file,
+)
 from .segment import LogSegment, scan_batches
 
 log = logging.getLogger("brokkr.storage.cleaner")
@@ -278,10 +286,13 @@ def clean(plog, codecs, first_dirty: int, now_ms: int, settings: CleanerSettings
                 cleaned.append(out)
                 result.written += len(out)
                 throttle.tick(len(out))
+            for txn in seg.txn_index.entries:  # its markers are kept, so are their entries
+                cleaned.txn_index.append(txn)
         cleaned.seal()
         os.fsync(cleaned.fd)
         fsync_path(cleaned.offset_index.path)
         fsync_path(cleaned.time_index.path)
+        cleaned.txn_index.sync()
         cleaned.close()
         for path in cleaned.paths():
             os.replace(path, path.with_name(path.name[: -len(CLEANED)] + SWAP))
@@ -311,11 +322,14 @@ def complete_swaps(directory) -> None:
             continue  # not a whole cleaned segment: removed with the leftovers, the old segments stay
         for old in directory.glob(f"*{LOG_SUFFIX}"):
             if old.stem.isdigit() and base <= int(old.stem) < end:
-                for path in (old, old.with_suffix(".index"), old.with_suffix(".timeindex")):
+                for path in (old, *(old.with_suffix(suffix) for suffix in INDEX_SUFFIXES)):
                     path.unlink(missing_ok=True)
-        for suffix in (".index", ".timeindex"):
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             path = segment_file(directory, base, suffix + SWAP)
             path.unlink(missing_ok=True)  # rebuilt on load
+        txn_swap = segment_file(directory, base, TXN_INDEX_SUFFIX + SWAP)
+        if txn_swap.exists():  # not rebuilt from the segment alone: keep it
+            os.replace(txn_swap, segment_file(directory, base, TXN_INDEX_SUFFIX))
         log.warning("completing the swap of %s", swap)
         os.replace(swap, segment_file(directory, base, LOG_SUFFIX))
 
