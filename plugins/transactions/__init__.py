@@ -157,7 +157,7 @@ def brokkr_broker_stopping(broker):
         coordinator.markers.close()
 
 
-@hookimpl(optionalhook=True)
+@hookimpl
 def brokkr_transaction_verify(transactional_id, producer_id, producer_epoch, partitions, broker):
     from .verify import verify
 

@@ -145,17 +145,17 @@ class TransactionCoordinator(PartitionedCoordinator):
             )
             self.txns[transactional_id] = meta
         if meta.pending is not None or meta.state in PREPARE or meta.state == TxnState.PREPARE_EPOCH_FENCE:
-            return TxnError.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            return ErrorCode.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         if producer_id != NO_PRODUCER_ID:  # KIP-360: the producer names the id and epoch it had
             if (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch) and (
                 meta.state == TxnState.EMPTY or meta.state in COMPLETE
             ):
                 return ErrorCode.NONE, meta.producer_id, meta.producer_epoch  # a retry of the bump just made
             if (producer_id, producer_epoch) != (meta.producer_id, meta.producer_epoch):
-                return TxnError.PRODUCER_FENCED, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+                return ErrorCode.PRODUCER_FENCED, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         if meta.state == TxnState.ONGOING:
             self.spawn(self.fence_and_abort(meta), f"fence {transactional_id}")
-            return TxnError.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            return ErrorCode.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         old = meta.producer_id, meta.producer_epoch
         new_id, new_epoch = meta.producer_id, meta.producer_epoch + 1
         if meta.producer_epoch >= MAX_EPOCH:
@@ -190,11 +190,11 @@ class TransactionCoordinator(PartitionedCoordinator):
         if meta is None or meta.producer_id != producer_id:
             return TxnError.INVALID_PRODUCER_ID_MAPPING
         if meta.producer_epoch != epoch:
-            return TxnError.PRODUCER_FENCED
+            return ErrorCode.PRODUCER_FENCED
         if meta.pending is not None or (
             not completing_ok and (meta.state in PREPARE or meta.state == TxnState.PREPARE_EPOCH_FENCE)
         ):
-            return TxnError.CONCURRENT_TRANSACTIONS
+            return ErrorCode.CONCURRENT_TRANSACTIONS
         return meta
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn -----------------------------------------
@@ -223,9 +223,9 @@ class TransactionCoordinator(PartitionedCoordinator):
             if meta is None or meta.producer_id != producer_id:
                 error = TxnError.INVALID_PRODUCER_ID_MAPPING
             elif meta.producer_epoch != epoch:
-                error = TxnError.PRODUCER_FENCED
+                error = ErrorCode.PRODUCER_FENCED
             elif meta.state in PREPARE or meta.pending in PREPARE:
-                error = TxnError.CONCURRENT_TRANSACTIONS
+                error = ErrorCode.CONCURRENT_TRANSACTIONS
         if error:
             return dict.fromkeys(partitions, error)
         ongoing = meta.partitions if meta.state == TxnState.ONGOING else set()
@@ -247,7 +247,7 @@ class TransactionCoordinator(PartitionedCoordinator):
         if meta.state == done:
             return ErrorCode.NONE  # a retry of the EndTxn that completed it
         if meta.state == preparing:
-            return TxnError.CONCURRENT_TRANSACTIONS
+            return ErrorCode.CONCURRENT_TRANSACTIONS
         if meta.state != TxnState.ONGOING:
             return ErrorCode.INVALID_TXN_STATE
         error = await self.transition(meta, preparing)

@@ -17,16 +17,15 @@ from collections import defaultdict
 from brokkr.core.broker_client import BrokerClient
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import request_spec
-
-from .errors import TxnError
+from brokkr.core.txn_markers import TxnMarker, write_txn_markers
 
 log = logging.getLogger("brokkr.transactions")
 
 WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1
 BACKOFF_S = 0.1
-#: Errors after which a partition needs no marker.
-_DONE = (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+#: Answers after which a partition needs no marker (INVALID_PRODUCER_EPOCH: a newer epoch already ended it).
+_DONE = (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_PRODUCER_EPOCH)
 #: What a partition the leader did not answer for (or a failed connection) counts as: retried.
 _RETRY = -1  # UNKNOWN_SERVER_ERROR
 
@@ -53,7 +52,7 @@ class MarkerWriter:
             if self.coordinator.check_coordinator(transactional_id):
                 return False
             results = await self._write_once(producer_id, epoch, committed, coordinator_epoch, remaining)
-            if TxnError.TRANSACTION_COORDINATOR_FENCED in results.values():
+            if ErrorCode.TRANSACTION_COORDINATOR_FENCED in results.values():
                 log.info("markers of %r: this coordinator was fenced", transactional_id)
                 return False
             failed = {tp: e for tp, e in results.items() if e not in _DONE}
@@ -99,13 +98,9 @@ class MarkerWriter:
         return state.leader if state.leader != self.broker.node_id else -1
 
     async def _write_local(self, producer_id, epoch, committed, coordinator_epoch, tps) -> dict:
-        try:
-            from brokkr.core.txn_markers import TxnMarker, write_txn_markers
-        except ImportError:  # a build without the partition side of transactions: no markers to write
-            return dict.fromkeys(tps, ErrorCode.NONE)
         marker = TxnMarker(producer_id, epoch, committed, coordinator_epoch, tuple(tps))
         try:
-            return dict(await write_txn_markers(self.broker, marker))
+            return dict(await write_txn_markers(self.broker, marker, self.broker.config["request.timeout.ms"]))
         except Exception:
             log.exception("writing markers to %s failed", tps)
             return dict.fromkeys(tps, ErrorCode.KAFKA_STORAGE_ERROR)

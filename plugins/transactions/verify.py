@@ -5,9 +5,9 @@ producer's ongoing transaction (``brokkr_transaction_verify``, called by Produce
 This broker coordinating the id: answered from memory. Otherwise: one AddPartitionsToTxn
 v4 request with ``verify_only`` to the coordinator (the leader of the id's
 ``__transaction_state`` partition), through :class:`~brokkr.core.broker_client.BrokerClient`.
-Errors are answered as Kafka's AddPartitionsToTxnManager turns them into Produce errors:
-PRODUCER_FENCED as INVALID_PRODUCER_EPOCH, and a coordinator that cannot answer now
-(not available, loading, moving, CONCURRENT_TRANSACTIONS) as the retriable NOT_ENOUGH_REPLICAS.
+PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH, which Produce knows (Kafka's
+AddPartitionsToTxnManager does the same); Produce turns the coordinator's "try again"
+answers into NOT_ENOUGH_REPLICAS.
 """
 
 from __future__ import annotations
@@ -18,26 +18,15 @@ from brokkr.core.broker_client import BrokerClient
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import request_spec
 
-from .errors import TxnError
+from .errors import TxnError, error_code
 
 log = logging.getLogger("brokkr.transactions")
 
 ADD_PARTITIONS_TO_TXN, VERIFY_VERSION = 24, 4
-_RETRIABLE = {
-    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_COORDINATOR,
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    TxnError.CONCURRENT_TRANSACTIONS,
-    ErrorCode.REQUEST_TIMED_OUT,
-}
 
 
-def produce_error(code: int) -> int:
-    if code == TxnError.PRODUCER_FENCED:
-        return ErrorCode.INVALID_PRODUCER_EPOCH
-    if code in _RETRIABLE or code == -1:
-        return ErrorCode.NOT_ENOUGH_REPLICAS
-    return code
+def produce_error(code: int) -> ErrorCode | TxnError:
+    return ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED else error_code(code)
 
 
 async def verify(broker, transactional_id, producer_id, producer_epoch, partitions):

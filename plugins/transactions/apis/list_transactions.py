@@ -1,6 +1,7 @@
 """ListTransactions (key 66), versions 0-2: the transactional ids this broker coordinates,
 filtered by state names (unknown names are echoed in ``unknown_state_filters``), producer
-ids, and (v1+) ``duration_filter``: only transactions running longer than that many ms.
+ids, and (v1+) ``duration_filter``: only transactions started more than that many ms ago (as Kafka, by
+the start time the id keeps after its transaction completed).
 Ids the principal may not DESCRIBE are left out; COORDINATOR_LOAD_IN_PROGRESS while a
 partition loads. v2's ``transactional_id_pattern`` (KIP-1152) is not served: a request
 with one answers INVALID_REQUEST.
@@ -39,7 +40,7 @@ async def handle(broker, ctx, request):
         for meta in txns.txns.values()
         if (not names or meta.state in states)
         and (not producer_ids or meta.producer_id in producer_ids)
-        and (duration < 0 or (meta.start_ms >= 0 and now - meta.start_ms > duration))
+        and (duration < 0 or now - meta.start_ms > duration)
         and meta.state != TxnState.DEAD
     ]
     allowed = txn_allowed(broker, ctx, AclOperation.DESCRIBE, [m.transactional_id for m in listed])
