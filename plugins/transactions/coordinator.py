@@ -173,7 +173,9 @@ class TransactionCoordinator(PartitionedCoordinator):
             if meta.producer_epoch == NO_PRODUCER_EPOCH and self.txns.get(transactional_id) is meta:
                 del self.txns[transactional_id]  # never written
             return error, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
-        meta.last_producer_id, meta.last_producer_epoch = old
+        # Only a KIP-360 bump is remembered, so that its retry gets the same answer; a new
+        # producer's bump forgets it, so the producer it replaced stays fenced.
+        meta.last_producer_id, meta.last_producer_epoch = old if producer_id != NO_PRODUCER_ID else (-1, -1)
         return ErrorCode.NONE, meta.producer_id, meta.producer_epoch
 
     # -- checks shared by the producer's requests ------------------------------------
