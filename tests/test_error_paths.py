@@ -111,6 +111,7 @@ def test_api_versions_lists_only_what_is_served(brokkr_broker):
         21,
         22,
         23,
+        27,
         29,
         30,
         31,

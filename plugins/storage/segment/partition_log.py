@@ -339,7 +339,7 @@ class SegmentLog:
         until an entry's last stable offset reaches ``upper_bound``."""
         out: list[AbortedTxn] = []
         for seg in self._segments[self._segment_of(fetch_offset) :]:
-            if seg.base_offset >= upper_bound or search(seg.txn_index.entries, fetch_offset, upper_bound, out):
+            if search(seg.txn_index.entries, fetch_offset, upper_bound, out):
                 break
         return out
 
