@@ -1,10 +1,14 @@
 """The transaction coordinator with real clients: confluent-kafka and kafka-python
 transactional producers commit and abort across partitions and topics, the coordinator's
 state as DescribeTransactions/ListTransactions show it, markers end the transaction on
-every partition (the last stable offset reaches the high watermark), zombie fencing,
-FindCoordinator for transactional ids."""
+every partition (the last stable offset reaches the high watermark), read_committed
+consumers of confluent-kafka, kafka-python and aiokafka see committed records exactly once
+and aborted ones never, zombie fencing, FindCoordinator for transactional ids."""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import pytest
 from brokkr.core.errors import ErrorCode
@@ -16,6 +20,7 @@ from tests.txn_coordinator import FAST, describe, find_coordinator, list_transac
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
+aiokafka = pytest.importorskip("aiokafka")
 
 
 @pytest.fixture
@@ -180,3 +185,99 @@ def test_kafka_python_zombie_is_fenced(broker):
         zombie.close(timeout=2)
         successor.close(timeout=2)
     assert describe(broker, "kp-fenced")[0].producer_epoch == 1
+
+
+def committed_and_aborted(broker):
+    """Three committed and two aborted transactions of confluent-kafka and kafka-python
+    producers, interleaved over topics a and b; the values committed."""
+    cf = confluent_producer(broker, "rc-cf")
+    kp = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap_servers, transactional_id="rc-kp")
+    committed = []
+    try:
+        cf.init_transactions(10)
+        kp.init_transactions()
+        for n in range(5):
+            keep = n % 2 == 0
+            values = [b"%s-%d-%d" % (b"keep" if keep else b"drop", n, i) for i in range(20)]
+            cf.begin_transaction()
+            kp.begin_transaction()
+            for i, v in enumerate(values):
+                if i % 2:
+                    cf.produce("a" if i % 4 == 1 else "b", b"cf-" + v, partition=i % 3)
+                else:
+                    kp.send("a" if i % 4 == 0 else "b", b"kp-" + v, partition=i % 3)
+            cf.flush(10)
+            kp.flush()
+            if keep:
+                cf.commit_transaction(10)
+                kp.commit_transaction()
+                committed += [(b"cf-" if i % 2 else b"kp-") + v for i, v in enumerate(values)]
+            else:
+                cf.abort_transaction(10)
+                kp.abort_transaction()
+    finally:
+        kp.close()
+    return committed
+
+
+def test_read_committed_consumers_see_committed_records_once_and_never_aborted_ones(broker):
+    ready(broker)
+    committed = committed_and_aborted(broker)
+    for t in ("a", "b"):
+        for i in range(3):
+            lso, hw = stable(broker, t, i)
+            assert lso == hw
+    expected = sorted(committed)
+
+    c = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": "rc-cf",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    c.subscribe(["a", "b"])
+    got = []
+    deadline = time.time() + 20
+    while time.time() < deadline and len(got) < len(expected):
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.poll(0.5)
+    c.close()
+    assert sorted(got) == expected
+
+    k = kafka.KafkaConsumer(
+        "a",
+        "b",
+        bootstrap_servers=broker.bootstrap_servers,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        consumer_timeout_ms=3000,
+    )
+    assert sorted(m.value for m in k) == expected
+    k.close()
+
+    async def aio():
+        consumer = aiokafka.AIOKafkaConsumer(
+            "a",
+            "b",
+            bootstrap_servers=broker.bootstrap_servers,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+        )
+        await consumer.start()
+        values = []
+        try:
+            while len(values) < len(expected):
+                batch = await consumer.getmany(timeout_ms=3000)
+                if not batch:
+                    break
+                values += [m.value for ms in batch.values() for m in ms]
+            values += [m.value for ms in (await consumer.getmany(timeout_ms=500)).values() for m in ms]
+        finally:
+            await consumer.stop()
+        return values
+
+    assert sorted(asyncio.run(aio())) == expected
