@@ -29,7 +29,8 @@ from typing import Any
 import attrs
 from brokkr.core.errors import BrokkrError, ErrorCode
 from brokkr.core.log import OffsetOutOfRange, batch_records
-from brokkr.core.protocol.records import BatchHeader, build_batch, iter_batches_untrusted
+from brokkr.core.protocol.control import read_end_txn_marker
+from brokkr.core.protocol.records import TRANSACTIONAL_FLAG, BatchHeader, build_batch, iter_batches_untrusted
 from brokkr.core.validation import RecordsError, ValidatedRecords
 
 log = logging.getLogger("brokkr.coordinator")
@@ -55,6 +56,29 @@ def kafka_abs(n: int) -> int:
 def partition_for(key: str, num_partitions: int) -> int:
     """The internal topic partition of ``key`` (GroupMetadataManager/TransactionStateManager.partitionFor)."""
     return kafka_abs(java_string_hash(key)) % num_partitions
+
+
+#: What a failed write to a coordinator's topic answers (Kafka's mapping of append errors,
+#: the same in its group and transaction coordinators).
+WRITE_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
+TOO_LARGE = (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE)
+
+
+def write_error(error: ErrorCode, too_large: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR) -> ErrorCode:
+    """The error a client gets for a failed write: ``too_large`` for records over the
+    size limit (offset commits answer INVALID_COMMIT_OFFSET_SIZE), NONE for success."""
+    if not error:
+        return ErrorCode.NONE
+    return too_large if error in TOO_LARGE else WRITE_ERRORS.get(error, ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
 @attrs.frozen
@@ -92,6 +116,12 @@ class PartitionedCoordinator:
 
     def replay(self, record: Any) -> None:
         raise NotImplementedError
+
+    def replay_transactional(self, producer_id: int, record: Any) -> None:
+        """A record of a transactional batch read while loading (with ``replays_transactional``)."""
+
+    def replay_marker(self, index: int, producer_id: int, committed: bool) -> None:
+        """The producer's transaction ended on partition ``index`` (a COMMIT/ABORT marker read while loading)."""
 
     def loaded(self, index: int) -> None:
         """Partition ``index`` has loaded (start its keys' timers)."""
@@ -213,11 +243,20 @@ class PartitionedCoordinator:
                 if header.last_offset < offset:
                     continue
                 offset = header.last_offset + 1
-                if header.is_control or (header.is_transactional and not self.replays_transactional):
+                if header.is_transactional and not self.replays_transactional:
+                    continue
+                if header.is_control:
+                    marker = read_end_txn_marker(data, header)
+                    if marker is not None:
+                        self.replay_marker(partition.index, header.producer_id, marker.committed)
                     continue
                 for record in batch_records(data, header, self.broker.codecs):
                     try:
-                        self.replay(self.decode(record.key, record.value))
+                        decoded = self.decode(record.key, record.value)
+                        if header.is_transactional:
+                            self.replay_transactional(header.producer_id, decoded)
+                        else:
+                            self.replay(decoded)
                     except Exception as exc:
                         log.warning("%s: skipping a record that does not load: %s", partition.name, exc)
                     count += 1
@@ -245,10 +284,20 @@ class PartitionedCoordinator:
 
     # -- writing ----------------------------------------------------------------------
 
-    async def write(self, key: str, records: list[tuple[bytes, bytes | None]], replay: bool = True) -> ErrorCode:
+    async def write(
+        self,
+        key: str,
+        records: list[tuple[bytes, bytes | None]],
+        replay: bool = True,
+        producer: tuple[int, int] | None = None,
+    ) -> ErrorCode:
         """Append ``records`` (encoded key and value) to the key's partition as one batch,
         wait until they are acknowledged as acks=-1 waits, then, with ``replay``, apply
-        them to memory. Returns the append's error, if any."""
+        them to memory. Returns the append's error, if any.
+
+        With ``producer`` (producer id, epoch) the batch is transactional, part of that
+        producer's transaction (TxnOffsetCommit): its sequence continues the producer's
+        batches in the partition, and it counts once the transaction's marker is written."""
         error = self.check_coordinator(key)
         if error:
             return error
@@ -256,7 +305,18 @@ class PartitionedCoordinator:
         if partition is None:
             return ErrorCode.NOT_COORDINATOR
         now = int(time.time() * 1000)
-        batch = bytearray(build_batch(records, timestamp=now))
+        txn: dict[str, Any] = {}
+        if producer is not None:
+            producer_id, epoch = producer
+            entry = partition.producers.producers.get(producer_id)
+            same_epoch = entry is not None and entry.producer_epoch == epoch and entry.last_seq >= 0
+            txn = {
+                "attributes": TRANSACTIONAL_FLAG,
+                "producer_id": producer_id,
+                "producer_epoch": epoch,
+                "base_sequence": (entry.last_seq + 1) & 0x7FFFFFFF if same_epoch else 0,
+            }
+        batch = bytearray(build_batch(records, timestamp=now, **txn))
         if len(batch) > partition.config["max.message.bytes"]:
             return ErrorCode.MESSAGE_TOO_LARGE
         validated = ValidatedRecords(batch, [BatchHeader.unpack(batch)], len(records), now)

@@ -47,6 +47,8 @@ class GroupCoordinator(PartitionedCoordinator):
         "offsets.topic.replication.factor",
         "offsets.commit.timeout.ms",
     )
+    #: Transactional offset commits (TxnOffsetCommit) load as pending until their marker.
+    replays_transactional = True
 
     def __init__(self, broker):
         super().__init__(broker)
@@ -74,7 +76,14 @@ class GroupCoordinator(PartitionedCoordinator):
             elif isinstance(group, ConsumerGroup) and self.partition_for(group.group_id) == index:
                 self.consumer.loaded(group)
 
+    def replay_transactional(self, producer_id: int, record: CoordinatorRecord) -> None:
+        self.offsets.replay_transactional(producer_id, record)
+
+    def replay_marker(self, index: int, producer_id: int, committed: bool) -> None:
+        self.offsets.complete_transaction(producer_id, committed, index)
+
     def unloaded(self, index: int) -> None:
+        self.offsets.unload(index)
         for group_id in [g for g in self.groups if self.partition_for(g) == index]:
             self._unload(group_id, ErrorCode.NOT_COORDINATOR)
         for group_id in [g for g in self.offsets.by_group if self.partition_for(g) == index]:

@@ -22,7 +22,7 @@ import time
 
 from brokkr.core.errors import ErrorCode
 
-from ..coordinator_partitions import PartitionedCoordinator, TopicSettings
+from ..coordinator_partitions import PartitionedCoordinator, TopicSettings, write_error
 from .errors import TxnError
 from .markers import MarkerWriter
 from .metadata import COMPLETE, MAX_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PREPARE, TransactionMetadata, TxnState
@@ -31,10 +31,6 @@ from .records import TxnLogRecord, decode_record, encode_key, encode_value
 log = logging.getLogger("brokkr.transactions")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
-
-#: Errors of an append that a transactional request answers as COORDINATOR_NOT_AVAILABLE
-#: (Kafka's TransactionStateManager.appendTransactionToLog), so that the client retries.
-_PASSED_THROUGH = (ErrorCode.NONE, ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 
 
 def now_ms() -> int:
@@ -121,7 +117,7 @@ class TransactionCoordinator(PartitionedCoordinator):
             meta.pending = None
         if error:
             log.info("writing %s of %r failed: %s", state.kafka_name, meta.transactional_id, error.name)
-            return error if error in _PASSED_THROUGH else ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return write_error(error)
         if self.txns.get(meta.transactional_id) is not meta:  # unloaded meanwhile
             return ErrorCode.NOT_COORDINATOR
         meta.apply(value)
