@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .apis.common import partition_of
 from .errors import ErrorCode
 from .validation import RecordsError
 
@@ -54,12 +55,8 @@ async def write_txn_markers(
     written: dict[Partition, int] = {}
     now = int(time.time() * 1000)
     for key in marker.partitions:
-        partition = broker.partition(*key)
+        partition, results[key] = partition_of(broker.topics.get(key[0]), key[1])
         if partition is None:
-            results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            continue
-        if not partition.is_leader:
-            results[key] = ErrorCode.NOT_LEADER_OR_FOLLOWER
             continue
         try:
             info = partition.append_marker(

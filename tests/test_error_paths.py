@@ -129,6 +129,7 @@ def test_api_versions_lists_only_what_is_served(brokkr_broker):
         50,
         51,
         60,
+        61,
         75,
     }
     groups = {8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69}  # the built-in group coordinator plugin

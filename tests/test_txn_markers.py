@@ -152,3 +152,20 @@ def test_a_coordinator_that_cannot_answer_yet_makes_the_producer_retry(brokkr_br
     res = txn_produce(broker, "t", txn_batch([b"a"], PID))
     assert res.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
     assert "NOT_COORDINATOR" in res.error_message
+
+
+@pytest.mark.parametrize("version", [3, 9, 12])
+def test_a_zombie_producers_transactional_batch_is_fenced(brokkr_broker_factory, version):
+    """Kafka answers INVALID_PRODUCER_EPOCH in every Produce version (KAFKA-10687) and does
+    not ask the coordinator about a batch whose epoch is already known to be old."""
+    coordinator = Coordinator(added={("t", 0)})
+    broker = brokkr_broker_factory(plugins=[coordinator])
+    broker.call(broker.broker.create_topic, "t")
+    assert txn_produce(broker, "t", txn_batch([b"old"], PID, epoch=1), version=version).error_code == 0
+    assert end_txn(broker, PID, False, [("t", 0)], epoch=1) == {("t", 0): ErrorCode.NONE}
+    assert txn_produce(broker, "t", txn_batch([b"new"], PID, epoch=2), version=version).error_code == 0
+    asked = len(coordinator.calls)
+    zombie = txn_produce(broker, "t", txn_batch([b"zombie"], PID, epoch=1, seq=1), version=version)
+    assert zombie.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert len(coordinator.calls) == asked
+    assert broker.broker.partition("t", 0).log.log_end_offset == 3

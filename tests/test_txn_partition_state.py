@@ -12,6 +12,8 @@ from brokkr.core.broker import BrokerThread
 from brokkr.core.errors import ErrorCode
 from brokkr.core.plugins import hookimpl
 from brokkr.core.producer_state import decode_snapshot, encode_snapshot
+from brokkr.core.protocol.frames import request_spec
+from brokkr.core.testing import RawClient
 from brokkr.core.txn_index import AbortedTxn, decode_entries_untrusted, encode_entry
 from confluent_kafka.admin import AdminClient, NewTopic
 from serve import Served
@@ -43,17 +45,22 @@ def test_snapshots_carry_the_open_transaction_and_coordinator_epoch(brokkr_broke
     assert (entries[PID].current_txn_first_offset, entries[PID].coordinator_epoch) == (2, 3)
 
 
-class DeniesClusterAction:
+class Denies:
+    """Denies one operation on every resource, allows the rest."""
+
+    def __init__(self, operation: AclOperation):
+        self.operation = operation
+
     @hookimpl
     def brokkr_authorize(self, actions):
         return [
-            AuthorizationResult.DENIED if a.operation == AclOperation.CLUSTER_ACTION else AuthorizationResult.ALLOWED
+            AuthorizationResult.DENIED if a.operation == self.operation else AuthorizationResult.ALLOWED
             for a in actions
         ]
 
 
 def test_write_txn_markers_needs_cluster_action(brokkr_broker_factory):
-    broker = start(brokkr_broker_factory, plugins=[DeniesClusterAction()])
+    broker = start(brokkr_broker_factory, plugins=[Denies(AclOperation.CLUSTER_ACTION)])
     txn_produce(broker, "t", txn_batch([b"a"], PID))
     answer = write_markers_on_the_wire(broker.bootstrap_servers, (PID, 0, True, 0, {"t": [0]}))
     assert answer == [{("t", 0): ErrorCode.CLUSTER_AUTHORIZATION_FAILED}]
@@ -135,3 +142,27 @@ def test_transaction_state_survives_sigkill(tmp_path):
     (tmp_path / "t-0" / "00000000000000000000.txnindex").unlink()  # and the index is rebuilt too
     with BrokerThread({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}) as again:
         check_recovered(again.broker.partition("t", 0))
+
+
+def describe_producers(bootstrap: str, topic: str, *partitions: int):
+    spec = request_spec(61)
+    body = spec.cls(topics=[spec.struct("TopicRequest")(name=topic, partition_indexes=list(partitions))])
+    with RawClient(bootstrap) as c:
+        return c.request(61, 0, body).topics[0].partitions
+
+
+def test_describe_producers_shows_open_transactions(brokkr_broker_factory):
+    broker = start(brokkr_broker_factory)
+    fill(broker)
+    p0, p5 = describe_producers(broker.bootstrap_servers, "t", 0, 5)
+    assert p5.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    states = {s.producer_id: s for s in p0.active_producers}
+    assert (states[PID].current_txn_start_offset, states[PID].last_sequence) == (-1, 2)
+    assert (states[PID + 1].current_txn_start_offset, states[PID + 1].last_sequence) == (5, 1)
+    assert states[PID].producer_epoch == 0 and states[PID].coordinator_epoch == 0
+
+
+def test_describe_producers_needs_read(brokkr_broker_factory):
+    broker = start(brokkr_broker_factory, plugins=[Denies(AclOperation.READ)])
+    (p0,) = describe_producers(broker.bootstrap_servers, "t", 0)
+    assert p0.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED and not p0.active_producers

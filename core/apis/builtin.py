@@ -39,6 +39,7 @@ _MODULES = (
     "alter_partition_reassignments",
     "list_partition_reassignments",
     "write_txn_markers",
+    "describe_producers",
 )
 
 

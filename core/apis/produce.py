@@ -125,6 +125,8 @@ async def _verify_transaction(broker, request, transactional, topics, allowed) -
             if partition is None:
                 continue
             entry = partition.producers.producers.get(h.producer_id)
+            if entry is not None and h.producer_epoch < entry.producer_epoch:
+                continue  # fenced: the append answers INVALID_PRODUCER_EPOCH (KAFKA-18042: no need to ask)
             if entry is None or entry.current_txn_first_offset < 0 or entry.producer_epoch != h.producer_epoch:
                 asked[(topic.name, pd.index)] = id(pd)
                 first = first or h
