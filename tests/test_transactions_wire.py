@@ -200,3 +200,22 @@ def test_authorization_of_ids_groups_and_broker_requests(brokkr_broker_factory):
         assert c.request(ADD_OFFSETS, 3, body).error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
         error, _ = verify_only(c, "open", pid, epoch, [("a", 0)])
         assert error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED  # v4+ is for brokers only
+
+
+def test_verification_can_be_turned_off(brokkr_broker_factory):
+    b = brokkr_broker_factory({**FAST, "transaction.partition.verification.enable": False})
+    b.call(b.broker.create_topic, "a")
+    ready(b)
+    with RawClient(b.bootstrap_servers) as c:
+        pid, epoch = started(c)
+        records = build_batch(
+            [(b"k", b"v")],
+            timestamp=1,
+            attributes=TRANSACTIONAL_FLAG,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+        )
+        body = produce_body("a", records, acks=-1, partition=2)
+        body.transactional_id = "t"
+        assert c.request(PRODUCE, 9, body).responses[0].partition_responses[0].error_code == 0

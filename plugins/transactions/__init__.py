@@ -79,6 +79,13 @@ CONFIGS = [
         validator=at_least(1),
     ),
     ConfigDef(
+        "transaction.partition.verification.enable",
+        ConfigType.BOOLEAN,
+        True,
+        "Whether a partition leader asks the transaction coordinator before a transactional batch starts a "
+        "transaction there (KIP-890 part 1); off, such batches are appended unverified.",
+    ),
+    ConfigDef(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms",
         I,
         10_000,
@@ -161,4 +168,6 @@ def brokkr_broker_stopping(broker):
 def brokkr_transaction_verify(transactional_id, producer_id, producer_epoch, partitions, broker):
     from .verify import verify
 
+    if not broker.config["transaction.partition.verification.enable"]:
+        return None
     return verify(broker, transactional_id, producer_id, producer_epoch, partitions)

@@ -14,16 +14,14 @@ producer epoch answers INVALID_PRODUCER_EPOCH (the partition's producer state re
 
 from __future__ import annotations
 
-import time
-
 from brokkr.core.apis import Api
 from brokkr.core.authorization import AclOperation, Action, ResourceType
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import response_spec
 
 from .. import coordinator_of
-from ..offsets import OffsetAndMetadata
 from . import group_allowed
+from .offset_commit import offsets_to_commit
 
 KEY = 28
 _R = response_spec(KEY)
@@ -42,23 +40,7 @@ async def handle(broker, ctx, request):
     error = coordinator.check_coordinator(request.group_id)
     if error:
         return error_response(request, error)
-    allowed = broker.authorize_topics(ctx, AclOperation.READ, [t.name for t in request.topics])
-    now = int(time.time() * 1000)
-    errors: dict[tuple[str, int], ErrorCode] = {}
-    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
-    for t in request.topics:
-        topic = broker.topics.get(t.name)
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            metadata = p.committed_metadata or ""
-            if not allowed[t.name]:
-                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif topic is None or not 0 <= p.partition_index < len(topic.partitions):
-                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif len(metadata.encode()) > coordinator.offsets.max_metadata_bytes:
-                errors[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                offsets[tp] = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch, metadata, now)
+    errors, offsets = offsets_to_commit(broker, ctx, coordinator, request.topics)
     error = ErrorCode.NONE
     if ctx.api_version >= 3 and (request.member_id or request.generation_id >= 0):
         error = coordinator.offsets.validate_commit(
