@@ -93,10 +93,13 @@ class Partition:
 
     def tell_log(self) -> None:
         """Give a log that keeps them the high watermark (its replication-offset-checkpoint)
-        and the last stable offset (its cleaner compacts no further); after each move."""
+        and the last stable offset (its cleaner compacts no further); after each move. The
+        LSO is computed every time, which also forgets the completed transactions the high
+        watermark passed, so they never pile up."""
+        stable = self.last_stable_offset
         if self.log_keeps_high_watermark:
             self.log.high_watermark = self.high_watermark
-            self.log.last_stable_offset = self.last_stable_offset
+            self.log.last_stable_offset = stable
 
     def lower_high_watermark(self, offset: int) -> None:
         """Move the high watermark back to ``offset`` (a replica opened or truncated); it
