@@ -441,8 +441,7 @@ class Broker:
         if new <= old:
             return False
         partition.high_watermark = new
-        if partition.log_keeps_high_watermark:  # for the log's replication-offset-checkpoint
-            partition.log.high_watermark = new
+        partition.tell_log()  # for the log's replication-offset-checkpoint and its cleaner
         self.hook.brokkr_high_watermark_advanced(partition=partition, old=old, new=new, broker=self)
         self.purgatory.check(partition)
         return True

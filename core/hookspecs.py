@@ -10,6 +10,8 @@ request (compare ``pytest_runtest_protocol``)::
 
     brokkr_decode_request                    once per request (every API)
     brokkr_authorize                         once, with a WRITE action per topic
+    brokkr_transaction_verify                at most once, for the partitions where a
+                                             transactional batch would start a transaction
     for each authorized partition:
         brokkr_validate_records              once per partition batch
         (producer state check)               a retried batch ends here: its original

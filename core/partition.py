@@ -89,15 +89,23 @@ class Partition:
         self.follower_caught_up: dict[int, float] = {}
         #: Whether the log records the high watermark (a replication-offset-checkpoint).
         self.log_keeps_high_watermark = hasattr(log, "high_watermark")
+        self.tell_log()
+
+    def tell_log(self) -> None:
+        """Give a log that keeps them the high watermark (its replication-offset-checkpoint)
+        and the last stable offset (its cleaner compacts no further); after each move. The
+        LSO is computed every time, which also forgets the completed transactions the high
+        watermark passed, so they never pile up."""
+        stable = self.last_stable_offset
         if self.log_keeps_high_watermark:
-            log.high_watermark = self.high_watermark
+            self.log.high_watermark = self.high_watermark
+            self.log.last_stable_offset = stable
 
     def lower_high_watermark(self, offset: int) -> None:
         """Move the high watermark back to ``offset`` (a replica opened or truncated); it
         only ever moves forward otherwise (``Broker.advance_high_watermark``)."""
         self.high_watermark = min(self.high_watermark, offset)
-        if self.log_keeps_high_watermark:
-            self.log.high_watermark = self.high_watermark
+        self.tell_log()
 
     def rebuild_producer_state(self) -> None:
         """Rebuild the producer and transaction state from the log (after a truncation)."""

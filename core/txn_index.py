@@ -76,6 +76,23 @@ def search(entries: Iterable[AbortedTxn], fetch_offset: int, upper_bound: int, o
     return False
 
 
+#: Per producer id, the (first offset, marker offset) of each of its aborted transactions.
+AbortedByProducer = dict[int, list[tuple[int, int]]]
+
+
+def by_producer(entries: Iterable[AbortedTxn]) -> AbortedByProducer:
+    out: AbortedByProducer = {}
+    for txn in entries:
+        out.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+    return out
+
+
+def is_aborted(aborted: AbortedByProducer, producer_id: int, offset: int) -> bool:
+    """Whether the transactional batch of ``producer_id`` at ``offset`` belongs to an
+    aborted transaction (readers of files and the log cleaner drop those)."""
+    return any(first <= offset <= last for first, last in aborted.get(producer_id, ()))
+
+
 class AbortedTxnList:
     """Aborted transactions kept in memory, in marker order (what a log that keeps no
     ``.txnindex`` answers with; see :class:`brokkr.core.log.PartitionLog`)."""

@@ -22,7 +22,7 @@ from ..delayed import DelayedOperation
 from ..errors import ErrorCode
 from ..log import OffsetOutOfRange
 from ..protocol.frames import response_spec
-from ..protocol.records import iter_batches_untrusted
+from ..protocol.records import next_offset_after
 from ..replication import diverging_epoch
 from . import Api
 from .common import leader_epoch_error, partition_of, resolve_topic
@@ -43,14 +43,12 @@ def _error(index: int, code: ErrorCode) -> PartitionData:
     return PartitionData(partition_index=index, error_code=code, high_watermark=-1, records=b"")
 
 
-def _aborted(partition, fetch_offset: int, upper: int, data: bytes) -> list:
-    """The aborted transactions overlapping the records read (read_committed). The search
-    runs to ``upper`` (the last stable offset) first, so that the usual answer, none, costs
-    no walk over the returned batches; only when some overlap is the exact end found."""
-    found = partition.aborted.aborted_txns(fetch_offset, upper) if data else []
-    if found:
-        end = max((h.last_offset + 1 for h in iter_batches_untrusted(data)), default=fetch_offset)
-        found = [t for t in found if t.first_offset < end]
+def _aborted(partition, fetch_offset: int, data: bytes) -> list:
+    """The aborted transactions overlapping the records read (read_committed), as Kafka's
+    ``addAbortedTransactions``: up to the end of the last batch returned."""
+    if not data:
+        return []
+    found = partition.aborted.aborted_txns(fetch_offset, next_offset_after(data, fetch_offset))
     return [AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset) for t in found]
 
 
@@ -77,7 +75,7 @@ def _read_all(broker, plan, max_bytes: int, follower: bool = False, read_committ
                 end = partition.log.log_end_offset if follower else lso if read_committed else hw
                 data = partition.log.read(fp.fetch_offset, limit, end, min_one)
                 if read_committed:
-                    aborted = _aborted(partition, fp.fetch_offset, lso, data)
+                    aborted = _aborted(partition, fp.fetch_offset, data)
             except OffsetOutOfRange:
                 code = ErrorCode.OFFSET_OUT_OF_RANGE
             if data:

@@ -48,6 +48,10 @@ class SegmentLog:
     writes it to that checkpoint, Kafka's record of it across restarts."""
 
     high_watermark: int | None = None
+    #: The partition's last stable offset as the broker last set it: the cleaner compacts
+    #: nothing at or past it (Kafka's firstUncleanableDirtyOffset), so records of open
+    #: transactions are neither removed nor used to remove others.
+    last_stable_offset: int | None = None
 
     def __init__(
         self,
