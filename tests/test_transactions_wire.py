@@ -10,8 +10,10 @@ import pytest
 from brokkr.core.authorization import AclOperation, AuthorizationResult, ResourceType
 from brokkr.core.errors import ErrorCode
 from brokkr.core.plugins import hookimpl
+from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import TRANSACTIONAL_FLAG, build_batch
 from brokkr.core.testing import RawClient
+from brokkr.plugins.groups import coordinator_of
 from brokkr.plugins.transactions.errors import TxnError
 
 from tests.txn_coordinator import (
@@ -23,10 +25,12 @@ from tests.txn_coordinator import (
     init_producer_id,
     ready,
     verify_only,
+    wait_state,
 )
 from tests.wire import PRODUCE, produce_body
 
 INVALID_PRODUCER_ID_MAPPING = TxnError.INVALID_PRODUCER_ID_MAPPING
+TXN_OFFSET_COMMIT = 28
 
 
 @pytest.fixture
@@ -108,8 +112,6 @@ def test_end_txn_retries_and_the_other_outcome(broker, client):
     assert (d.transaction_state, [(t.topic, t.partitions) for t in d.topics]) == ("Ongoing", [("a", [0, 2])])
     assert d.transaction_start_time_ms > 0
     assert end_txn(client, "t", pid, epoch, True) == 0
-    from tests.txn_coordinator import wait_state
-
     wait_state(broker, "t", "CompleteCommit")
     assert end_txn(client, "t", pid, epoch, True) == 0  # a retry of the commit
     assert end_txn(client, "t", pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
@@ -181,8 +183,6 @@ class Deny:
 
 
 def test_authorization_of_ids_groups_and_broker_requests(brokkr_broker_factory):
-    from brokkr.core.protocol.frames import request_spec
-
     b = brokkr_broker_factory(FAST, plugins=(Deny(),))
     b.call(b.broker.create_topic, "a")
     ready(b)
@@ -219,3 +219,36 @@ def test_verification_can_be_turned_off(brokkr_broker_factory):
         body = produce_body("a", records, acks=-1, partition=2)
         body.transactional_id = "t"
         assert c.request(PRODUCE, 9, body).responses[0].partition_responses[0].error_code == 0
+
+
+def txn_offset_commit(c, txn_id, pid, epoch, group="g", offset=5, version=3):
+    spec = request_spec(TXN_OFFSET_COMMIT)
+    partition = spec.struct("TxnOffsetCommitRequestPartition")(
+        partition_index=0, committed_offset=offset, committed_metadata=""
+    )
+    body = spec.cls(
+        transactional_id=txn_id,
+        group_id=group,
+        producer_id=pid,
+        producer_epoch=epoch,
+        topics=[spec.struct("TxnOffsetCommitRequestTopic")(name="a", partitions=[partition])],
+    )
+    return c.request(TXN_OFFSET_COMMIT, version, body).topics[0].partitions[0].error_code
+
+
+def test_txn_offset_commit_needs_add_offsets_to_txn_first(broker, client):
+    """KIP-890 part 1 for offsets: the group's partition must be in the transaction."""
+    groups = coordinator_of(broker.broker)
+    broker.call(groups.create_offsets_topic)
+    broker.call(groups.wait_loaded)
+    pid, epoch = started(client)
+    add_partitions(client, "t", pid, epoch, [("a", 0)])
+    assert txn_offset_commit(client, "t", pid, epoch) == ErrorCode.INVALID_TXN_STATE
+    body = request_spec(ADD_OFFSETS).cls(transactional_id="t", producer_id=pid, producer_epoch=epoch, group_id="g")
+    assert client.request(ADD_OFFSETS, 3, body).error_code == 0
+    assert txn_offset_commit(client, "t", pid, epoch) == 0
+    assert txn_offset_commit(client, "t", pid, epoch, offset=6) == 0  # the transaction is open there now
+    assert end_txn(client, "t", pid, epoch, True) == 0
+    wait_state(broker, "t", "CompleteCommit")
+    offsets = broker.call(lambda: dict(coordinator_of(broker.broker).offsets.get("g")))
+    assert offsets[("a", 0)].offset == 6

@@ -10,6 +10,11 @@ unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION. From v3 a group member's c
 carries its generation and member id, checked as OffsetCommit checks them (KIP-447); a
 commit without them (generation -1, no member id) is not checked against the group. A stale
 producer epoch answers INVALID_PRODUCER_EPOCH (the partition's producer state refuses it).
+
+KIP-890 part 1: a commit that would start the producer's transaction on the group's
+partition is first verified with ``brokkr_transaction_verify`` (AddOffsetsToTxn must have
+added the partition): INVALID_TXN_STATE if not, COORDINATOR_NOT_AVAILABLE (retriable) when
+the transaction coordinator cannot tell now.
 """
 
 from __future__ import annotations
@@ -47,11 +52,47 @@ async def handle(broker, ctx, request):
             request.group_id, request.generation_id, request.member_id, request.group_instance_id
         )
     if not error and offsets:
+        error = await _verify(broker, coordinator, request)
+    if not error and offsets:
         error = await coordinator.offsets.commit_transactional(
             request.group_id, request.producer_id, request.producer_epoch, offsets
         )
     errors.update(dict.fromkeys(offsets, error))
     return _response(request, lambda t, p: errors[(t, p)])
+
+
+#: Transaction coordinator answers that mean "not now" (the client retries COORDINATOR_NOT_AVAILABLE).
+_RETRIABLE = {
+    ErrorCode.CONCURRENT_TRANSACTIONS,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+}
+
+
+async def _verify(broker, coordinator, request) -> ErrorCode:
+    index = coordinator.partition_for(request.group_id)
+    partition = broker.partition(coordinator.topic, index)
+    if partition is None:
+        return ErrorCode.NOT_COORDINATOR
+    entry = partition.producers.producers.get(request.producer_id)
+    if entry is not None and (
+        entry.producer_epoch > request.producer_epoch
+        or (entry.producer_epoch == request.producer_epoch and entry.current_txn_first_offset >= 0)
+    ):
+        return ErrorCode.NONE  # fenced (the append refuses it) or its transaction is open here already
+    answer = broker.hook.brokkr_transaction_verify(
+        transactional_id=request.transactional_id,
+        producer_id=request.producer_id,
+        producer_epoch=request.producer_epoch,
+        partitions=[(coordinator.topic, index)],
+        broker=broker,
+    )
+    if answer is None:
+        return ErrorCode.NONE
+    code = (await answer).get((coordinator.topic, index), ErrorCode.INVALID_TXN_STATE)
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE if code in _RETRIABLE else code
 
 
 def _response(request, error_of) -> TxnOffsetCommitResponse:
