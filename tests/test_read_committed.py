@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from brokkr.core.protocol.records import iter_batches_untrusted, read_all_records
 from brokkr.core.testing import RawClient
 from txn_wire import COMMITTED, A, B, build_log, end_txn, txn_batch, txn_produce
@@ -37,8 +38,9 @@ def visible(part) -> list[bytes]:
     return out
 
 
-def test_fetch_isolation_levels(brokkr_broker):
-    broker = brokkr_broker
+@pytest.mark.parametrize("storage", ["segment", "memory"])
+def test_fetch_isolation_levels(brokkr_broker_factory, storage):
+    broker = brokkr_broker_factory({"brokkr.storage": storage})
     broker.call(broker.broker.create_topic, "rc")
     build_log(broker)
     uncommitted = fetch(broker, 0)

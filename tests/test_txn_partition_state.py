@@ -3,6 +3,7 @@ the aborted-transaction index in Kafka's formats, across restarts and SIGKILLs."
 
 from __future__ import annotations
 
+import io
 import struct
 from types import SimpleNamespace
 
@@ -15,6 +16,7 @@ from brokkr.core.producer_state import decode_snapshot, encode_snapshot
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.testing import RawClient
 from brokkr.core.txn_index import AbortedTxn, decode_entries_untrusted, encode_entry
+from brokkr.plugins.storage.segment.dump import dump_files
 from confluent_kafka.admin import AdminClient, NewTopic
 from serve import Served
 from txn_wire import end_txn, txn_batch, txn_produce, write_markers_on_the_wire
@@ -166,3 +168,16 @@ def test_describe_producers_needs_read(brokkr_broker_factory):
     broker = start(brokkr_broker_factory, plugins=[Denies(AclOperation.READ)])
     (p0,) = describe_producers(broker.bootstrap_servers, "t", 0)
     assert p0.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED and not p0.active_producers
+
+
+def test_dump_log_prints_the_txnindex_as_kafka_does(tmp_path):
+    path = tmp_path / "00000000000000000000.txnindex"
+    path.write_bytes(encode_entry(AbortedTxn(7, 1, 3, 4)) + encode_entry(AbortedTxn(8, 5, 9, 10)))
+    out = io.StringIO()
+    assert dump_files([path], out, io.StringIO()) == 0
+    assert out.getvalue().splitlines()[1:] == [
+        "version: 0 producerId: 7 firstOffset: 1 lastOffset: 3 lastStableOffset: 4",
+        "version: 0 producerId: 8 firstOffset: 5 lastOffset: 9 lastStableOffset: 10",
+    ]
+    path.write_bytes(b"\0" * 35)
+    assert dump_files([path], io.StringIO(), io.StringIO()) == 1

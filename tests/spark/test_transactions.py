@@ -4,9 +4,12 @@ the mirror never writes a record of an aborted or still-open transaction."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from brokkr.plugins.sinks.spark import mirror
 from brokkr.plugins.sinks.spark.datasource import plan_splits, read_split
+from brokkr.plugins.sinks.spark.sink import sink_of
 
 from tests.txn_wire import COMMITTED, B, build_log, end_txn
 
@@ -62,3 +65,35 @@ def test_the_mirror_writes_committed_records_only(brokkr_broker_factory, tmp_pat
     assert [(r.start, r.end) for r in done] == [(0, 12)]  # up to the last stable offset only
     assert m.commits.mirrored_offset("rc", 0) == 12
     assert values(spark.read.parquet(str(lake / "rc"))) == COMMITTED
+
+
+class Recorder:
+    """A mirror that records the ranges it is asked for."""
+
+    def __init__(self):
+        self.ranges = []
+
+    def mirror(self, r):
+        self.ranges.append((r.start, r.end))
+
+
+def test_the_sink_hands_the_mirror_ranges_up_to_the_last_stable_offset_only(brokkr_broker_factory, tmp_path):
+    """The sink's work file carries the last stable offset; the mirror process cuts closed
+    segments and the active one there."""
+    logs = tmp_path / "logs"
+    config = {"log.dirs": str(logs), "brokkr.sink.lake": str(tmp_path / "lake"), "brokkr.sink.poll.ms": "100"}
+    config["log.segment.bytes"] = "300"
+    broker = brokkr_broker_factory(config)
+    sink = sink_of(broker.broker)
+    broker.call(sink.stop)  # no mirror process: this test reads the work file itself
+    broker.call(broker.broker.create_topic, "rc")
+    build_log(broker)
+    partition = broker.broker.partition("rc", 0)
+    assert partition.last_stable_offset == 12 and len(partition.log.segments()) > 2
+    broker.call(lambda: sink._refresh(sink._work_document()))
+    recorder = Recorder()
+    deadline = time.monotonic() + 0.5  # a few passes over the work file
+    mirror.follow(recorder, sink.work_file, 0.05, 0, lambda: time.monotonic() > deadline)
+    assert max(end for _, end in recorder.ranges) == 12
+    covered = sorted(set(recorder.ranges))
+    assert covered[0][0] == 0 and all(a[1] >= b[0] for a, b in zip(covered, covered[1:]))
