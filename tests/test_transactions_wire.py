@@ -6,6 +6,8 @@ added)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from brokkr.core.authorization import AclOperation, AuthorizationResult, ResourceType
 from brokkr.core.errors import ErrorCode
@@ -252,3 +254,35 @@ def test_txn_offset_commit_needs_add_offsets_to_txn_first(broker, client):
     wait_state(broker, "t", "CompleteCommit")
     offsets = broker.call(lambda: dict(coordinator_of(broker.broker).offsets.get("g")))
     assert offsets[("a", 0)].offset == 6
+
+
+def test_idle_transactional_ids_expire(brokkr_broker_factory):
+    b = brokkr_broker_factory(
+        {
+            **FAST,
+            "transactional.id.expiration.ms": 300,
+            "transaction.remove.expired.transactional.id.cleanup.interval.ms": 100,
+        }
+    )
+    ready(b)
+    with RawClient(b.bootstrap_servers) as c:
+        first = init_producer_id(c, "short-lived")
+    deadline = time.time() + 10
+    while describe(b, "short-lived")[0].error_code == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    assert describe(b, "short-lived")[0].error_code == TxnError.TRANSACTIONAL_ID_NOT_FOUND
+    with RawClient(b.bootstrap_servers) as c:
+        again = init_producer_id(c, "short-lived")  # a new life: a new producer id
+    assert (again.error_code, again.producer_epoch) == (0, 0) and again.producer_id != first.producer_id
+
+
+def test_a_lone_broker_refuses_a_replicated_state_topic(brokkr_broker_factory):
+    with pytest.raises(Exception, match="transaction.state.log.replication.factor"):
+        brokkr_broker_factory({"transaction.state.log.replication.factor": 3})
+
+
+def test_without_the_coordinator_init_producer_id_is_not_coordinator(brokkr_broker_factory):
+    b = brokkr_broker_factory({"brokkr.plugins.disabled": "brokkr.plugins.transactions"})
+    with RawClient(b.bootstrap_servers) as c:
+        assert init_producer_id(c, "t").error_code == ErrorCode.NOT_COORDINATOR
+        assert init_producer_id(c, None).error_code == 0  # idempotent producers are core's
