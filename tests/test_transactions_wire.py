@@ -24,6 +24,7 @@ from tests.txn_coordinator import (
     add_partitions,
     describe,
     end_txn,
+    find_coordinator,
     init_producer_id,
     ready,
     verify_only,
@@ -195,6 +196,7 @@ def test_authorization_of_ids_groups_and_broker_requests(brokkr_broker_factory):
         }
         assert end_txn(c, "secret", 0, 0, True) == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         assert describe(b, "secret")[0].error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert find_coordinator(b, "secret").error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         pid, epoch = started(c, "open")
         body = request_spec(ADD_OFFSETS).cls(
             transactional_id="open", producer_id=pid, producer_epoch=epoch, group_id="g-secret"
