@@ -26,6 +26,7 @@ from tests.txn_coordinator import (
     end_txn,
     find_coordinator,
     init_producer_id,
+    list_transactions,
     ready,
     verify_only,
     wait_state,
@@ -288,3 +289,28 @@ def test_without_the_coordinator_init_producer_id_is_not_coordinator(brokkr_brok
     with RawClient(b.bootstrap_servers) as c:
         assert init_producer_id(c, "t").error_code == ErrorCode.NOT_COORDINATOR
         assert init_producer_id(c, None).error_code == 0  # idempotent producers are core's
+
+
+class HideOne:
+    """Denies DESCRIBE (only) on transactional id "hidden"."""
+
+    @hookimpl
+    def brokkr_authorize(self, actions):
+        return [
+            AuthorizationResult.DENIED
+            if a.resource_type == ResourceType.TRANSACTIONAL_ID
+            and a.resource_name == "hidden"
+            and a.operation == AclOperation.DESCRIBE
+            else AuthorizationResult.ALLOWED
+            for a in actions
+        ]
+
+
+def test_list_transactions_leaves_out_ids_the_principal_may_not_describe(brokkr_broker_factory):
+    b = brokkr_broker_factory(FAST, plugins=(HideOne(),))
+    ready(b)
+    with RawClient(b.bootstrap_servers) as c:
+        started(c, "hidden")
+        started(c, "shown")
+    assert [t.transactional_id for t in list_transactions(b).transaction_states] == ["shown"]
+    assert describe(b, "hidden")[0].error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
