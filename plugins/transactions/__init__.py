@@ -168,6 +168,7 @@ def brokkr_broker_stopping(broker):
 def brokkr_transaction_verify(transactional_id, producer_id, producer_epoch, partitions, broker):
     from .verify import verify
 
-    if not broker.config["transaction.partition.verification.enable"]:
+    coordinator = transaction_coordinator_of(broker)
+    if coordinator is None or not broker.config["transaction.partition.verification.enable"]:
         return None
-    return verify(broker, transactional_id, producer_id, producer_epoch, partitions)
+    return verify(broker, coordinator, transactional_id, producer_id, producer_epoch, partitions)

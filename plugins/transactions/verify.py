@@ -29,13 +29,9 @@ def produce_error(code: int) -> ErrorCode | TxnError:
     return ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED else error_code(code)
 
 
-async def verify(broker, transactional_id, producer_id, producer_epoch, partitions):
-    from . import transaction_coordinator_of
-
-    coordinator = transaction_coordinator_of(broker)
+async def verify(broker, coordinator, transactional_id, producer_id, producer_epoch, partitions):
+    """Per partition, NONE or the error to answer (``brokkr_transaction_verify``'s awaitable)."""
     partitions = list(partitions)
-    if coordinator is None:
-        return None
     if not coordinator.check_coordinator(transactional_id) or broker.replicas is None:
         results = coordinator.verify(transactional_id, producer_id, producer_epoch, partitions)
     else:
