@@ -443,7 +443,12 @@ def brokkr_became_follower(partition: Partition, broker: Broker) -> None:
 
 @hookspec(firstresult=True)
 def brokkr_transaction_verify(
-    transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]], broker: Broker
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: list[tuple[str, int]],
+    broker: Broker,
+    produce_version: int,
 ) -> Awaitable[dict[tuple[str, int], ErrorCode]] | None:
     """Ask the transaction coordinator whether a transaction holds these partitions
     (KIP-890 part 1: transactional batches for a partition never added are refused).
@@ -461,6 +466,9 @@ def brokkr_transaction_verify(
     :param producer_epoch: Their producer epoch.
     :param partitions: ``(topic, partition)`` pairs to verify.
     :param broker: The broker (a coordinator elsewhere is asked through its client).
+    :param produce_version: The Produce request's version: from v12 (transaction version
+        2, KIP-890 part 2) Kafka's leader asks the coordinator to *add* the partitions
+        rather than only verify them; an implementation that only verifies may ignore it.
     :return: An awaitable of, per partition, ``ErrorCode.NONE`` (the transaction holds
         it) or the error that partition is answered with (Kafka: INVALID_TXN_STATE for a
         partition not added, or the coordinator's error such as NOT_COORDINATOR); a

@@ -75,7 +75,7 @@ class Partition:
         self.bytes_appended = 0  # monotonic, lets delayed fetches count new bytes cheaply
         self.storage_error: OSError | None = None  # why appends fail, while they do
         self.aborted = log if hasattr(log, "append_aborted_txn") else AbortedTxnList()
-        self.producers = rebuild_producer_state(self.name, log, self.aborted)
+        self.rebuild_producer_state()
         # Replication (core/replication.py). Alone, this node is the leader, the only
         # replica and the ISR, and the high watermark is the log end.
         self.node_id = node_id
@@ -108,8 +108,11 @@ class Partition:
         self.tell_log()
 
     def rebuild_producer_state(self) -> None:
-        """Rebuild the producer and transaction state from the log (after a truncation)."""
-        self.producers = rebuild_producer_state(self.name, self.log, self.aborted)
+        """Rebuild the producer and transaction state from the log (at open, after a
+        truncation). A log that keeps no aborted-transaction index is replayed whole, so
+        that the in-memory list holds every aborted transaction again."""
+        whole = self.aborted is not self.log
+        self.producers = rebuild_producer_state(self.name, self.log, self.aborted, use_snapshot=not whole)
 
     @property
     def last_stable_offset(self) -> int:

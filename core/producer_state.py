@@ -363,7 +363,7 @@ def decode_snapshot(data: bytes) -> dict[int, ProducerStateEntry]:
 
 
 def rebuild_producer_state(
-    partition: str, log: PartitionLog, aborted: AbortedTxnList | PartitionLog | None = None
+    partition: str, log: PartitionLog, aborted: AbortedTxnList | PartitionLog | None = None, use_snapshot: bool = True
 ) -> ProducerStateManager:
     """The producer state of a log being opened (Kafka's ``UnifiedLog.rebuildProducerState``):
     the latest snapshot, then the headers of the batches appended after it, read from the
@@ -374,11 +374,13 @@ def rebuild_producer_state(
     Markers replayed end their transactions; ``aborted`` (the log's ``.txnindex``, or the
     partition's in-memory list) first forgets every transaction ending at or after the
     replay's start, then gets each aborted one again, so a crash between a marker's
-    append and its index entry loses nothing (None: aborted transactions are not kept)."""
+    append and its index entry loses nothing (None: aborted transactions are not kept).
+    Without ``use_snapshot`` everything is replayed from the log start (for a log that
+    keeps no aborted-transaction index of its own, whose list must be rebuilt whole)."""
     state = ProducerStateManager(partition)
     offset = log.log_start_offset
     snapshot = log.latest_producer_snapshot()
-    if snapshot is not None and snapshot[0] >= offset:
+    if use_snapshot and snapshot is not None and snapshot[0] >= offset:
         snapshot_offset, data = snapshot
         try:
             state.load_entries(decode_snapshot(data))

@@ -115,10 +115,12 @@ class Coordinator:
         self.added = set(added)
         self.error = error
         self.calls = []
+        self.versions = []
 
     @hookimpl
-    def brokkr_transaction_verify(self, transactional_id, producer_id, producer_epoch, partitions):
+    def brokkr_transaction_verify(self, transactional_id, producer_id, producer_epoch, partitions, produce_version):
         self.calls.append((transactional_id, producer_id, producer_epoch, sorted(partitions)))
+        self.versions.append(produce_version)
 
         async def answer():
             return {p: ErrorCode.NONE if p in self.added else self.error for p in partitions}
@@ -131,7 +133,7 @@ def test_produce_verifies_only_batches_that_would_start_a_transaction(brokkr_bro
     broker = brokkr_broker_factory(plugins=[coordinator])
     broker.call(broker.broker.create_topic, "t", 2)
     assert txn_produce(broker, "t", txn_batch([b"a"], PID, epoch=1)).error_code == ErrorCode.NONE
-    assert coordinator.calls == [("txn", PID, 1, [("t", 0)])]
+    assert coordinator.calls == [("txn", PID, 1, [("t", 0)])] and coordinator.versions == [9]
     # The transaction is open in t-0: its next batch is not verified again.
     assert txn_produce(broker, "t", txn_batch([b"b"], PID, epoch=1, seq=1)).error_code == ErrorCode.NONE
     assert len(coordinator.calls) == 1

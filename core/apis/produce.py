@@ -56,7 +56,7 @@ async def handle(broker, ctx, request):
         zip(names, broker.authorize(ctx, [Action(AclOperation.WRITE, ResourceType.TOPIC, n) for n in names]))
     )
 
-    verified = await _verify_transaction(broker, request, transactional, topics, allowed)
+    verified = await _verify_transaction(broker, ctx, request, transactional, topics, allowed)
     responses = []
     waiting = []  # (partition, required offset, its response)
     produced_bytes = 0
@@ -110,7 +110,7 @@ def _transactional_headers(request) -> dict[int, BatchHeader]:
     return found
 
 
-async def _verify_transaction(broker, request, transactional, topics, allowed) -> dict[int, ErrorCode]:
+async def _verify_transaction(broker, ctx, request, transactional, topics, allowed) -> dict[int, ErrorCode]:
     """KIP-890 part 1: ask ``brokkr_transaction_verify`` (once) about the partitions whose
     transactional batch would start a transaction (no open one of that producer and epoch
     there). Returns the error code per partition data id; empty when nothing was asked."""
@@ -138,6 +138,7 @@ async def _verify_transaction(broker, request, transactional, topics, allowed) -
         producer_epoch=first.producer_epoch,
         partitions=list(asked),
         broker=broker,
+        produce_version=ctx.api_version,
     )
     if answer is None:
         return {}
