@@ -88,6 +88,7 @@ async def _verify(broker, coordinator, request) -> ErrorCode:
         producer_epoch=request.producer_epoch,
         partitions=[(coordinator.topic, index)],
         broker=broker,
+        produce_version=-1,  # not a Produce request: verify only (TxnOffsetCommit v5's implicit add is KIP-890 part 2)
     )
     if answer is None:
         return ErrorCode.NONE
