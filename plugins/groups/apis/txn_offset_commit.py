@@ -1,4 +1,5 @@
-"""TxnOffsetCommit (key 28), versions 0-5: a transactional producer's offsets for a group
+"""TxnOffsetCommit (key 28), versions 0-4 (v5, KIP-890 part 2's implicit AddOffsetsToTxn,
+is not served): a transactional producer's offsets for a group
 (``send_offsets_to_transaction``), written to ``__consumer_offsets`` in the producer's
 transaction. They count once the transaction commits (its COMMIT marker on the group's
 partition) and never if it aborts; meanwhile OffsetFetch with ``require_stable`` answers
@@ -115,4 +116,4 @@ def error_response(request, code):
     return _response(request, lambda t, p: code)
 
 
-API = Api(KEY, 0, 5, handle, error_response)
+API = Api(KEY, 0, 4, handle, error_response)
