@@ -148,12 +148,26 @@ def test_produce_verifies_only_batches_that_would_start_a_transaction(brokkr_bro
     assert len(coordinator.calls) == 2
 
 
-def test_a_coordinator_that_cannot_answer_yet_makes_the_producer_retry(brokkr_broker_factory):
-    broker = brokkr_broker_factory(plugins=[Coordinator(error=ErrorCode.NOT_COORDINATOR)])
+class Unreachable:
+    @hookimpl(tryfirst=True)
+    def brokkr_transaction_verify(self):
+        async def answer():
+            raise ConnectionError("the coordinator went away")
+
+        return answer()
+
+
+@pytest.mark.parametrize(
+    "plugin, underlying",
+    [(Coordinator(error=ErrorCode.NOT_COORDINATOR), "NOT_COORDINATOR"), (Unreachable(), "COORDINATOR_NOT_AVAILABLE")],
+)
+def test_a_coordinator_that_cannot_answer_yet_makes_the_producer_retry(brokkr_broker_factory, plugin, underlying):
+    broker = brokkr_broker_factory(plugins=[plugin])
     broker.call(broker.broker.create_topic, "t")
     res = txn_produce(broker, "t", txn_batch([b"a"], PID))
     assert res.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
-    assert "NOT_COORDINATOR" in res.error_message
+    assert underlying in res.error_message
+    assert broker.broker.partition("t", 0).log.log_end_offset == 0
 
 
 @pytest.mark.parametrize("version", [3, 9, 12])
