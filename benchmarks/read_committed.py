@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from brokkr.core.broker import BrokerThread  # noqa: E402
 from brokkr.core.protocol.records import TRANSACTIONAL_FLAG, build_batch, iter_batches_untrusted  # noqa: E402
 from brokkr.core.testing import RawClient  # noqa: E402
-from txn_wire import end_txn, txn_produce  # noqa: E402
+from txn_wire import UNVERIFIED, end_txn, txn_produce  # noqa: E402
 from wire import FETCH, fetch_body  # noqa: E402
 
 
@@ -84,6 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data:
         config = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": data, "log.segment.bytes": str(8 << 20)}
+        config.update(UNVERIFIED)  # transactions driven by hand: no coordinator to verify with
         with BrokerThread(config) as broker:
             end = fill(broker, args)
             aborted = broker.broker.partition("bench", 0).aborted.aborted_txns(0, end)

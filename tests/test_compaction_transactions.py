@@ -12,7 +12,7 @@ import pytest
 from brokkr.core.protocol.control import read_end_txn_marker
 from brokkr.core.protocol.records import TRANSACTIONAL_FLAG, build_batch, iter_batches_untrusted, read_all_records
 from brokkr.plugins.storage.segment import cleaner
-from txn_wire import T0, end_txn, txn_produce
+from txn_wire import T0, UNVERIFIED, end_txn, txn_produce
 
 A, B = 9500, 9600
 FILLER = b"f" * 600
@@ -70,7 +70,7 @@ def stored(broker, topic):
 
 @pytest.mark.parametrize("retention", ["86400000", "0"])
 def test_aborted_records_and_obsolete_markers_are_compacted_away(brokkr_broker_factory, retention):
-    broker = brokkr_broker_factory({"log.cleaner.enable": "false"})
+    broker = brokkr_broker_factory({"log.cleaner.enable": "false", **UNVERIFIED})
     config = {"cleanup.policy": "compact", "segment.bytes": "1024", "delete.retention.ms": retention}
     broker.call(broker.broker.create_topic, "c", 1, config)
     write(broker, "c")

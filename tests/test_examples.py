@@ -13,7 +13,7 @@ from brokkr.core.storage_contract import StorageContract
 from brokkr.core.testing import RawClient
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from txn_wire import build_log
+from txn_wire import UNVERIFIED, build_log
 
 
 def produce(bootstrap: str, topic: str, n: int) -> list:
@@ -75,7 +75,7 @@ def test_a_storage_without_a_txn_index_still_knows_its_aborted_transactions_afte
     """The sqlite example keeps no .txnindex: the broker keeps the aborted transactions in
     memory and rebuilds them by replaying the whole log at start (the snapshot written at
     the clean stop would otherwise hide them)."""
-    config = {"brokkr.storage": "sqlite", "log.dirs": str(tmp_path), "log.segment.bytes": "200"}
+    config = {"brokkr.storage": "sqlite", "log.dirs": str(tmp_path), "log.segment.bytes": "200", **UNVERIFIED}
     broker = brokkr_broker_factory(config)
     broker.call(broker.broker.create_topic, "rc")
     build_log(broker)

@@ -15,7 +15,7 @@ from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import BUILTIN_PLUGINS, create_plugin_manager, hookimpl
 from brokkr.core.protocol.frames import request_spec
 from confluent_kafka import Consumer, Producer, TopicPartition
-from txn_wire import end_txn, txn_batch, txn_produce
+from txn_wire import UNVERIFIED, end_txn, txn_batch, txn_produce
 from wire import batch
 
 HOOKS = sorted(name for name in dir(hookspecs) if name.startswith("brokkr_"))
@@ -166,7 +166,7 @@ class EveryHook:
 
 def test_a_plugin_implementing_every_hook_sees_every_hook_called(brokkr_broker_factory):
     plugin = EveryHook()
-    config = {"every.hook.greeting": "hi", "log.segment.bytes": "300", "brokkr.metrics.port": "0"}
+    config = {"every.hook.greeting": "hi", "log.segment.bytes": "300", "brokkr.metrics.port": "0", **UNVERIFIED}
     broker = brokkr_broker_factory(config, plugins=[plugin])
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all", "linger.ms": 0})
     for i in range(10):

@@ -10,7 +10,7 @@ import time
 import pytest
 from brokkr.core.protocol.records import iter_batches_untrusted, read_all_records
 from brokkr.core.testing import RawClient
-from txn_wire import COMMITTED, A, B, build_log, end_txn, txn_batch, txn_produce
+from txn_wire import COMMITTED, UNVERIFIED, A, B, build_log, end_txn, txn_batch, txn_produce
 from wire import FETCH, LIST_OFFSETS, fetch_body, list_offsets_body
 
 
@@ -40,7 +40,7 @@ def visible(part) -> list[bytes]:
 
 @pytest.mark.parametrize("storage", ["segment", "memory"])
 def test_fetch_isolation_levels(brokkr_broker_factory, storage):
-    broker = brokkr_broker_factory({"brokkr.storage": storage})
+    broker = brokkr_broker_factory({"brokkr.storage": storage, **UNVERIFIED})
     broker.call(broker.broker.create_topic, "rc")
     build_log(broker)
     uncommitted = fetch(broker, 0)
@@ -69,8 +69,8 @@ def list_latest(broker, isolation: int) -> int:
         return c.request(LIST_OFFSETS, 7, body).topics[0].partitions[0].offset
 
 
-def test_list_offsets_read_committed_answers_the_last_stable_offset(brokkr_broker):
-    broker = brokkr_broker
+def test_list_offsets_read_committed_answers_the_last_stable_offset(brokkr_broker_factory):
+    broker = brokkr_broker_factory(UNVERIFIED)
     broker.call(broker.broker.create_topic, "rc")
     build_log(broker)
     assert (list_latest(broker, 0), list_latest(broker, 1)) == (13, 12)
@@ -78,8 +78,8 @@ def test_list_offsets_read_committed_answers_the_last_stable_offset(brokkr_broke
     assert (list_latest(broker, 0), list_latest(broker, 1)) == (14, 14)
 
 
-def test_a_read_committed_long_poll_wakes_when_the_transaction_ends(brokkr_broker):
-    broker = brokkr_broker
+def test_a_read_committed_long_poll_wakes_when_the_transaction_ends(brokkr_broker_factory):
+    broker = brokkr_broker_factory(UNVERIFIED)
     broker.call(broker.broker.create_topic, "rc")
     txn_produce(broker, "rc", txn_batch([b"x"], A))
     ender = threading.Timer(0.5, lambda: end_txn(broker, A, True, [("rc", 0)]))

@@ -12,7 +12,7 @@ from brokkr.core.protocol.control import EndTxnMarker, encode_marker_batch, read
 from brokkr.core.protocol.records import iter_batches_untrusted, patch_batch
 from brokkr.core.testing import RawClient
 from brokkr.core.txn_index import AbortedTxn
-from txn_wire import end_txn, txn_batch, txn_produce
+from txn_wire import UNVERIFIED, end_txn, txn_batch, txn_produce
 from wire import FETCH, fetch_body
 
 KSQL_LOG = (
@@ -48,8 +48,8 @@ def stored_batches(broker, topic="t"):
     return records, list(iter_batches_untrusted(records))
 
 
-def test_markers_end_transactions_at_the_leader(brokkr_broker):
-    broker = brokkr_broker
+def test_markers_end_transactions_at_the_leader(brokkr_broker_factory):
+    broker = brokkr_broker_factory(UNVERIFIED)
     broker.call(broker.broker.create_topic, "t")
     partition = broker.broker.partition("t", 0)
     assert txn_produce(broker, "t", txn_batch([b"a1", b"a2", b"a3"], PID)).error_code == ErrorCode.NONE
@@ -74,8 +74,8 @@ def test_markers_end_transactions_at_the_leader(brokkr_broker):
     assert partition.aborted.aborted_txns(4, 7) == []  # the commit adds no entry
 
 
-def test_marker_errors_per_partition(brokkr_broker):
-    broker = brokkr_broker
+def test_marker_errors_per_partition(brokkr_broker_factory):
+    broker = brokkr_broker_factory(UNVERIFIED)
     broker.call(broker.broker.create_topic, "t")
     assert txn_produce(broker, "t", txn_batch([b"x"], PID, epoch=2)).error_code == ErrorCode.NONE
     assert end_txn(broker, PID, True, [("t", 0), ("t", 9), ("nope", 0)], epoch=1) == {
@@ -92,15 +92,15 @@ def test_marker_errors_per_partition(brokkr_broker):
     assert [h.is_control for h in headers] == [False, True]
 
 
-def test_clients_still_cannot_write_control_batches(brokkr_broker):
-    broker = brokkr_broker
+def test_clients_still_cannot_write_control_batches(brokkr_broker_factory):
+    broker = brokkr_broker_factory(UNVERIFIED)
     broker.call(broker.broker.create_topic, "t")
     res = txn_produce(broker, "t", bytes(encode_marker_batch(PID, 0, True, 0, 1_700_000_000_000)))
     assert res.error_code == ErrorCode.INVALID_RECORD
 
 
-def test_a_plain_write_inside_an_open_transaction_is_refused(brokkr_broker):
-    broker = brokkr_broker
+def test_a_plain_write_inside_an_open_transaction_is_refused(brokkr_broker_factory):
+    broker = brokkr_broker_factory(UNVERIFIED)
     broker.call(broker.broker.create_topic, "t")
     assert txn_produce(broker, "t", txn_batch([b"x"], PID)).error_code == ErrorCode.NONE
     res = txn_produce(broker, "t", txn_batch([b"y"], PID, seq=1, transactional=False), txn_id=None)
@@ -117,7 +117,7 @@ class Coordinator:
         self.calls = []
         self.versions = []
 
-    @hookimpl
+    @hookimpl(tryfirst=True)  # before a real coordinator's
     def brokkr_transaction_verify(self, transactional_id, producer_id, producer_epoch, partitions, produce_version):
         self.calls.append((transactional_id, producer_id, producer_epoch, sorted(partitions)))
         self.versions.append(produce_version)
@@ -148,12 +148,26 @@ def test_produce_verifies_only_batches_that_would_start_a_transaction(brokkr_bro
     assert len(coordinator.calls) == 2
 
 
-def test_a_coordinator_that_cannot_answer_yet_makes_the_producer_retry(brokkr_broker_factory):
-    broker = brokkr_broker_factory(plugins=[Coordinator(error=ErrorCode.NOT_COORDINATOR)])
+class Unreachable:
+    @hookimpl(tryfirst=True)
+    def brokkr_transaction_verify(self):
+        async def answer():
+            raise ConnectionError("the coordinator went away")
+
+        return answer()
+
+
+@pytest.mark.parametrize(
+    "plugin, underlying",
+    [(Coordinator(error=ErrorCode.NOT_COORDINATOR), "NOT_COORDINATOR"), (Unreachable(), "COORDINATOR_NOT_AVAILABLE")],
+)
+def test_a_coordinator_that_cannot_answer_yet_makes_the_producer_retry(brokkr_broker_factory, plugin, underlying):
+    broker = brokkr_broker_factory(plugins=[plugin])
     broker.call(broker.broker.create_topic, "t")
     res = txn_produce(broker, "t", txn_batch([b"a"], PID))
     assert res.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
-    assert "NOT_COORDINATOR" in res.error_message
+    assert underlying in res.error_message
+    assert broker.broker.partition("t", 0).log.log_end_offset == 0
 
 
 @pytest.mark.parametrize("version", [3, 9, 12])

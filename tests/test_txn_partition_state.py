@@ -19,13 +19,13 @@ from brokkr.core.txn_index import AbortedTxn, decode_entries_untrusted, encode_e
 from brokkr.plugins.storage.segment.dump import dump_files
 from confluent_kafka.admin import AdminClient, NewTopic
 from serve import Served
-from txn_wire import end_txn, txn_batch, txn_produce, write_markers_on_the_wire
+from txn_wire import UNVERIFIED, end_txn, txn_batch, txn_produce, write_markers_on_the_wire
 
 PID = 8000
 
 
 def start(factory, config=None, plugins=()):
-    broker = factory(config, plugins)
+    broker = factory({**UNVERIFIED, **(config or {})}, plugins)
     broker.call(broker.broker.create_topic, "t", 2)
     return broker
 
@@ -117,7 +117,7 @@ def test_transaction_state_survives_a_restart(brokkr_broker_factory, tmp_path):
     txnindex = tmp_path / "t-0" / "00000000000000000000.txnindex"
     assert txnindex.read_bytes() == struct.pack(">hqqqq", 0, PID, 0, 2, 3)
     broker.stop()
-    again = brokkr_broker_factory(config)
+    again = brokkr_broker_factory({**UNVERIFIED, **config})
     check_recovered(again.broker.partition("t", 0))
     # The open transaction goes on after the restart, and ends.
     assert end_txn(again, PID + 1, False, [("t", 0)]) == {("t", 0): ErrorCode.NONE}
@@ -127,7 +127,12 @@ def test_transaction_state_survives_a_restart(brokkr_broker_factory, tmp_path):
 
 
 def test_transaction_state_survives_sigkill(tmp_path):
-    served = Served("--override=listeners=PLAINTEXT://127.0.0.1:0", f"--override=log.dirs={tmp_path}", cwd=tmp_path)
+    served = Served(
+        "--override=listeners=PLAINTEXT://127.0.0.1:0",
+        f"--override=log.dirs={tmp_path}",
+        *(f"--override={k}={v}" for k, v in UNVERIFIED.items()),
+        cwd=tmp_path,
+    )
     try:
         admin = AdminClient({"bootstrap.servers": served.address})
         admin.create_topics([NewTopic("t", 2)])["t"].result(10)
@@ -142,7 +147,7 @@ def test_transaction_state_survives_sigkill(tmp_path):
         served.kill()
     assert not list((tmp_path / "t-0").glob("*.snapshot"))  # nothing was snapshotted: all is replayed
     (tmp_path / "t-0" / "00000000000000000000.txnindex").unlink()  # and the index is rebuilt too
-    with BrokerThread({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}) as again:
+    with BrokerThread({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path), **UNVERIFIED}) as again:
         check_recovered(again.broker.partition("t", 0))
 
 

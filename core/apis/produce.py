@@ -142,7 +142,11 @@ async def _verify_transaction(broker, ctx, request, transactional, topics, allow
     )
     if answer is None:
         return {}
-    errors = await answer
+    try:
+        errors = await answer
+    except Exception:  # the coordinator could not be asked: retriable, as Kafka's lost connection
+        log.exception("verifying the transaction of %r failed", request.transactional_id)
+        errors = dict.fromkeys(asked, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     return {pd_id: errors.get(key, ErrorCode.INVALID_TXN_STATE) for key, pd_id in asked.items()}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.cluster.test_replication import DEADLINE, bootstrap, create, wait_for
-from tests.txn_wire import COMMITTED, A, build_log, write_markers_on_the_wire
+from tests.txn_wire import COMMITTED, UNVERIFIED, A, build_log, write_markers_on_the_wire
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
@@ -38,7 +38,7 @@ class RemoteLeader:
 
 
 def test_markers_replicate_and_followers_end_the_same_transactions(brokkr_cluster):
-    brokers = brokkr_cluster(3)
+    brokers = brokkr_cluster(3, **{k.replace(".", "_"): v for k, v in UNVERIFIED.items()})
     placed = create(brokers, "rc", 1, 3, min_insync_replicas=2)
     leader = next(b for b in brokers if b.broker.node_id == placed[0][0])
     followers = [b for b in brokers if b is not leader]

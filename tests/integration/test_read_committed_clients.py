@@ -5,7 +5,7 @@ sees the committed records exactly once, never an aborted or open one, and never
 from __future__ import annotations
 
 import pytest
-from txn_wire import COMMITTED, B, build_log, end_txn
+from txn_wire import COMMITTED, UNVERIFIED, B, build_log, end_txn
 
 from .conftest import aio_consume, ck_consume, kp_consume
 
@@ -22,8 +22,8 @@ CLIENTS = {
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_read_committed_consumers_see_only_committed_records(brokkr_broker, client):
-    broker = brokkr_broker
+def test_read_committed_consumers_see_only_committed_records(brokkr_broker_factory, client):
+    broker = brokkr_broker_factory(UNVERIFIED)
     broker.call(broker.broker.create_topic, "rc")
     build_log(broker)
     got = CLIENTS[client](broker.bootstrap_servers, "rc")

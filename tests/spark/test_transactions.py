@@ -11,7 +11,7 @@ from brokkr.plugins.sinks.spark import mirror
 from brokkr.plugins.sinks.spark.datasource import plan_splits, read_split
 from brokkr.plugins.sinks.spark.sink import sink_of
 
-from tests.txn_wire import COMMITTED, B, build_log, end_txn
+from tests.txn_wire import COMMITTED, UNVERIFIED, B, build_log, end_txn
 
 pytest.importorskip("pyspark")
 
@@ -20,7 +20,7 @@ EVERYTHING = [b"p0", b"a1", b"a2", b"b1", b"c1", b"c2", b"a3", b"p1", b"b2"]
 
 def written(brokkr_broker_factory, tmp_path, stop: bool = True):
     logs = tmp_path / "logs"
-    broker = brokkr_broker_factory({"log.dirs": str(logs)})
+    broker = brokkr_broker_factory({"log.dirs": str(logs), **UNVERIFIED})
     broker.call(broker.broker.create_topic, "rc")
     build_log(broker)
     if stop:
@@ -82,7 +82,7 @@ def test_the_sink_hands_the_mirror_ranges_up_to_the_last_stable_offset_only(brok
     segments and the active one there."""
     logs = tmp_path / "logs"
     config = {"log.dirs": str(logs), "brokkr.sink.lake": str(tmp_path / "lake"), "brokkr.sink.poll.ms": "100"}
-    config["log.segment.bytes"] = "300"
+    config.update({"log.segment.bytes": "300", **UNVERIFIED})
     broker = brokkr_broker_factory(config)
     sink = sink_of(broker.broker)
     broker.call(sink.stop)  # no mirror process: this test reads the work file itself
