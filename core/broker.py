@@ -420,8 +420,13 @@ class Broker:
         watermark. A producer's retry of a batch already in the log changes nothing: its
         original offsets are returned and no observer is called."""
         info = partition.append(validated)
-        if info.duplicate:
-            return info
+        if not info.duplicate:
+            self.appended(partition, info)
+        return info
+
+    def appended(self, partition: Partition, info: AppendInfo) -> None:
+        """After a leader's append (records, or a transaction marker): fire the observers
+        and advance the high watermark (alone: to the log end)."""
         self.hook.brokkr_after_log_append(partition=partition, info=info, broker=self)
         if info.rolled is not None:
             self.hook.brokkr_segment_rolled(partition=partition, segment=info.rolled, broker=self)
@@ -429,7 +434,6 @@ class Broker:
             # Kafka's tryCompleteDelayedRequests: followers' fetches parked on this
             # partition wake on new data even while the high watermark waits for them.
             self.purgatory.check(partition)
-        return info
 
     def advance_high_watermark(self, partition: Partition, new: int) -> bool:
         """Move the high watermark up to ``new``; whether it moved."""
@@ -437,8 +441,7 @@ class Broker:
         if new <= old:
             return False
         partition.high_watermark = new
-        if partition.log_keeps_high_watermark:  # for the log's replication-offset-checkpoint
-            partition.log.high_watermark = new
+        partition.tell_log()  # for the log's replication-offset-checkpoint and its cleaner
         self.hook.brokkr_high_watermark_advanced(partition=partition, old=old, new=new, broker=self)
         self.purgatory.check(partition)
         return True

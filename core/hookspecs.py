@@ -10,6 +10,8 @@ request (compare ``pytest_runtest_protocol``)::
 
     brokkr_decode_request                    once per request (every API)
     brokkr_authorize                         once, with a WRITE action per topic
+    brokkr_transaction_verify                at most once, for the partitions where a
+                                             transactional batch would start a transaction
     for each authorized partition:
         brokkr_validate_records              once per partition batch
         (producer state check)               a retried batch ends here: its original
@@ -55,12 +57,14 @@ if TYPE_CHECKING:
     from .cluster import ClusterMembership
     from .config import ConfigDef
     from .context import ConnectionInfo, Principal, RequestContext
+    from .errors import ErrorCode
     from .log import AppendInfo, SegmentInfo, Storage
     from .partition import Partition
     from .protocol.frames import RequestHeader
     from .protocol.primitives import Reader
     from .quotas import ClientQuotaStore
     from .sasl import SaslMechanism
+    from .txn_markers import TxnMarker
     from .validation import Codec, ValidatedRecords
 
 hookspec = pluggy.HookspecMarker("brokkr")
@@ -428,6 +432,62 @@ def brokkr_became_follower(partition: Partition, broker: Broker) -> None:
     was truncated to the high watermark.
 
     :param partition: The partition.
+    :param broker: The broker.
+    """
+
+
+# -------------------------------------------------------------------------
+# Transactions (the partition side)
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def brokkr_transaction_verify(
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: list[tuple[str, int]],
+    broker: Broker,
+    produce_version: int,
+) -> Awaitable[dict[tuple[str, int], ErrorCode]] | None:
+    """Ask the transaction coordinator whether a transaction holds these partitions
+    (KIP-890 part 1: transactional batches for a partition never added are refused).
+
+    Called at most once per Produce request, after authorization, with the partitions
+    of the request whose transactional batch would *start* a transaction there (the
+    partition's producer state has no open transaction for ``producer_id``); a request
+    whose batches all continue open transactions makes no call.
+
+    Stops at the first non-None result. No implementation: no verification (the
+    batches are appended as they are).
+
+    :param transactional_id: The Produce request's transactional id.
+    :param producer_id: The producer id of the transactional batches.
+    :param producer_epoch: Their producer epoch.
+    :param partitions: ``(topic, partition)`` pairs to verify.
+    :param broker: The broker (a coordinator elsewhere is asked through its client).
+    :param produce_version: The Produce request's version: from v12 (transaction version
+        2, KIP-890 part 2) Kafka's leader asks the coordinator to *add* the partitions
+        rather than only verify them; an implementation that only verifies may ignore it.
+    :return: An awaitable of, per partition, ``ErrorCode.NONE`` (the transaction holds
+        it) or the error that partition is answered with (Kafka: INVALID_TXN_STATE for a
+        partition not added, or the coordinator's error such as NOT_COORDINATOR); a
+        partition missing from the answer is refused with INVALID_TXN_STATE.
+    """
+
+
+@hookspec
+def brokkr_txn_marker_written(partition: Partition, marker: TxnMarker, offset: int, broker: Broker) -> None:
+    """A COMMIT or ABORT marker was appended to a partition this broker leads.
+
+    Called once per partition per marker, on the event loop, right after the append and
+    before its replication is awaited (the group coordinator makes a transaction's
+    offset commits visible on ``__consumer_offsets`` here, as Kafka's
+    ``onTransactionCompleted``). Followers do not call it.
+
+    :param partition: The partition written.
+    :param marker: The transaction's outcome (:class:`brokkr.core.txn_markers.TxnMarker`).
+    :param offset: The marker's offset.
     :param broker: The broker.
     """
 

@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 from .config import TopicConfig
 from .errors import BrokkrError, ErrorCode
 from .log import AppendInfo, PartitionLog
-from .producer_state import rebuild_producer_state
-from .protocol.records import iter_batches_untrusted, patch_batch
+from .producer_state import aborted_entry, rebuild_producer_state
+from .protocol.control import EndTxnMarker, encode_marker_batch, read_end_txn_marker
+from .protocol.records import BatchHeader, iter_batches_untrusted, patch_batch
+from .txn_index import AbortedTxnList
 
 if TYPE_CHECKING:
     from .validation import ValidatedRecords
@@ -60,7 +62,9 @@ class Partition:
     """One partition led by this broker. With one replica the high watermark is the log end.
 
     ``producers`` is its producer state (:mod:`brokkr.core.producer_state`), rebuilt from
-    the log's latest producer snapshot when the partition is opened."""
+    the log's latest producer snapshot when the partition is opened. ``aborted`` holds its
+    aborted transactions (:mod:`brokkr.core.txn_index`): the log itself when it keeps a
+    ``.txnindex`` (``append_aborted_txn``), else a list in memory."""
 
     def __init__(self, topic: Topic, index: int, log: PartitionLog, node_id: int = 0):
         self.topic = topic
@@ -70,7 +74,8 @@ class Partition:
         self.high_watermark = log.log_end_offset
         self.bytes_appended = 0  # monotonic, lets delayed fetches count new bytes cheaply
         self.storage_error: OSError | None = None  # why appends fail, while they do
-        self.producers = rebuild_producer_state(self.name, log)
+        self.aborted = log if hasattr(log, "append_aborted_txn") else AbortedTxnList()
+        self.rebuild_producer_state()
         # Replication (core/replication.py). Alone, this node is the leader, the only
         # replica and the ISR, and the high watermark is the log end.
         self.node_id = node_id
@@ -84,15 +89,37 @@ class Partition:
         self.follower_caught_up: dict[int, float] = {}
         #: Whether the log records the high watermark (a replication-offset-checkpoint).
         self.log_keeps_high_watermark = hasattr(log, "high_watermark")
+        self.tell_log()
+
+    def tell_log(self) -> None:
+        """Give a log that keeps them the high watermark (its replication-offset-checkpoint)
+        and the last stable offset (its cleaner compacts no further); after each move. The
+        LSO is computed every time, which also forgets the completed transactions the high
+        watermark passed, so they never pile up."""
+        stable = self.last_stable_offset
         if self.log_keeps_high_watermark:
-            log.high_watermark = self.high_watermark
+            self.log.high_watermark = self.high_watermark
+            self.log.last_stable_offset = stable
 
     def lower_high_watermark(self, offset: int) -> None:
         """Move the high watermark back to ``offset`` (a replica opened or truncated); it
         only ever moves forward otherwise (``Broker.advance_high_watermark``)."""
         self.high_watermark = min(self.high_watermark, offset)
-        if self.log_keeps_high_watermark:
-            self.log.high_watermark = self.high_watermark
+        self.tell_log()
+
+    def rebuild_producer_state(self) -> None:
+        """Rebuild the producer and transaction state from the log (at open, after a
+        truncation). A log that keeps no aborted-transaction index is replayed whole, so
+        that the in-memory list holds every aborted transaction again."""
+        whole = self.aborted is not self.log
+        self.producers = rebuild_producer_state(self.name, self.log, self.aborted, use_snapshot=not whole)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the high watermark, or below it the first offset of the oldest
+        transaction still open (or whose marker is not yet replicated)."""
+        first = self.producers.first_unstable_offset(self.high_watermark)
+        return self.high_watermark if first is None else min(first, self.high_watermark)
 
     @property
     def is_leader(self) -> bool:
@@ -136,10 +163,39 @@ class Partition:
             patch_batch(validated.records, h.position, offset, self.leader_epoch)
             assigned.append(offset)
             offset += h.last_offset_delta + 1
+        info = self._append_stored(
+            validated.records, first, offset - 1, validated.max_timestamp, validated.record_count
+        )
+        for h, at in zip(validated.batches, assigned):
+            self.producers.update(h, at)
+        if info.rolled is not None:
+            self.take_producer_snapshot()
+        self.bytes_appended += info.size
+        return info
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int, timestamp: int
+    ) -> AppendInfo:
+        """Write a COMMIT or ABORT marker as leader (Kafka's append with origin
+        COORDINATOR): checked against the producer's state (RecordsError:
+        INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED), given the next offset and
+        this leader's epoch, appended; the producer's transaction here ends, and an aborted
+        one goes to the aborted-transaction index."""
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        batch = encode_marker_batch(producer_id, producer_epoch, committed, coordinator_epoch, timestamp)
+        offset = self.log.log_end_offset
+        patch_batch(batch, 0, offset, self.leader_epoch)
+        header = BatchHeader.unpack(batch)
+        info = self._append_stored(batch, offset, offset, timestamp, 1)
+        self._end_txn(header, EndTxnMarker(committed, coordinator_epoch))
+        if info.rolled is not None:
+            self.take_producer_snapshot()
+        self.bytes_appended += info.size
+        return info
+
+    def _append_stored(self, records: bytearray, first: int, last: int, max_timestamp: int, count: int) -> AppendInfo:
         try:
-            info = self.log.append(
-                validated.records, first, offset - 1, validated.max_timestamp, validated.record_count
-            )
+            info = self.log.append(records, first, last, max_timestamp, count)
         except OSError as exc:  # the log dropped the partial batch; say so once per spell of failures
             if self.storage_error is None:
                 logger.error("%s: appends fail (%s); answering KAFKA_STORAGE_ERROR until one succeeds", self.name, exc)
@@ -148,12 +204,21 @@ class Partition:
         if self.storage_error is not None:
             logger.warning("%s: appends succeed again", self.name)
             self.storage_error = None
-        for h, at in zip(validated.batches, assigned):
-            self.producers.update(h, at)
-        if info.rolled is not None:
-            self.take_producer_snapshot()
-        self.bytes_appended += info.size
         return info
+
+    def _end_txn(self, header: BatchHeader, marker: EndTxnMarker) -> None:
+        completed = self.producers.complete_txn(header, marker, header.base_offset)
+        if completed.aborted:
+            self.aborted.append_aborted_txn(aborted_entry(self.producers, completed))
+
+    def replicated(self, data: bytes | bytearray, headers: list[BatchHeader]) -> None:
+        """Update the producer and transaction state with batches a follower appended as
+        the leader wrote them (markers included)."""
+        for h in headers:
+            if not h.is_control:
+                self.producers.update(h, h.base_offset)
+            elif (marker := read_end_txn_marker(data, h)) is not None:
+                self._end_txn(h, marker)
 
     def take_producer_snapshot(self) -> None:
         """Snapshot the producer state at the log end offset (after a roll, and at close)

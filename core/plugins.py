@@ -43,6 +43,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.plugins.sinks.spark.sink",
     "brokkr.plugins.metrics.prometheus",
     "brokkr.plugins.groups",
+    "brokkr.plugins.transactions",
     "brokkr.plugins.cluster.zookeeper",
 )
 

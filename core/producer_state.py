@@ -1,7 +1,7 @@
-"""Producer state: what each idempotent producer last appended to one partition.
+"""Producer state: what each idempotent producer last appended to one partition, and the
+transactions open in it.
 
-Kafka's ``ProducerStateManager``, ``ProducerStateEntry`` and ``ProducerAppendInfo``, for
-the data batches of idempotent producers (brokkr has no transactions). Per partition,
+Kafka's ``ProducerStateManager``, ``ProducerStateEntry`` and ``ProducerAppendInfo``. Per partition,
 each producer id maps to its epoch and the metadata of its last five batches (first and
 last sequence, first and last offset, max timestamp). Before a batch is given offsets,
 :meth:`ProducerStateManager.check_and_find_duplicate` decides, from the batch header
@@ -17,7 +17,19 @@ alone, as Kafka 4 does:
   deleted) may start at any sequence: since KIP-360 (Kafka 2.5) the broker no longer
   answers UNKNOWN_PRODUCER_ID on the produce path.
 
-After the append, :meth:`ProducerStateManager.update` remembers the batch. The state
+After the append, :meth:`ProducerStateManager.update` remembers the batch.
+
+Transactions: a producer's first transactional batch opens its transaction in the
+partition (``current_txn_first_offset``; ``ongoing`` keeps the open ones in offset order);
+a COMMIT or ABORT marker (:mod:`brokkr.core.protocol.control`) closes it
+(:meth:`ProducerStateManager.complete_txn`, after :meth:`check_marker` refused a fenced
+producer epoch or coordinator epoch) and yields a :class:`CompletedTxn`. A completed
+transaction stays "unstable" until the high watermark passes its marker (Kafka's
+unreplicated transactions), so the last stable offset is the smallest of the high
+watermark and the first offsets of the open and unreplicated transactions
+(:meth:`ProducerStateManager.first_unstable_offset`).
+
+The state
 survives restarts as Kafka's ``.snapshot`` format (:func:`encode_snapshot`), kept by the
 partition's log (``PartitionLog.write_producer_snapshot``): the core writes one after an
 append that rolled a segment and when the broker stops, and
@@ -37,7 +49,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import crc32c
 
 from .errors import CorruptRequest, ErrorCode
+from .protocol.control import EndTxnMarker, read_end_txn_marker
 from .protocol.records import NO_PRODUCER_ID, NO_TIMESTAMP, BatchHeader, iter_batches_untrusted
+from .txn_index import AbortedTxn, AbortedTxnList
 from .validation import RecordsError
 
 if TYPE_CHECKING:
@@ -49,6 +63,7 @@ logger = logging.getLogger("brokkr.producer_state")
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+NO_OFFSET = -1
 INT32_MAX = 2**31 - 1
 SNAPSHOT_VERSION = 1
 REPLAY_CHUNK = 1 << 20  # bytes of log read at a time when replaying batch headers
@@ -107,11 +122,19 @@ class BatchMetadata(NamedTuple):
         return self.last_offset - self.offset_delta
 
 
+class CompletedTxn(NamedTuple):
+    """A transaction a marker ended in this partition (Kafka's ``CompletedTxn``)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
+
+
 class ProducerStateEntry:
-    """One producer's state in one partition (Kafka's ``ProducerStateEntry``): its epoch
-    and its last batches, oldest first. ``coordinator_epoch`` and
-    ``current_txn_first_offset`` are carried from Kafka's snapshots unchanged (brokkr has
-    no transactions) so that a snapshot Kafka wrote is written back as it was."""
+    """One producer's state in one partition (Kafka's ``ProducerStateEntry``): its epoch,
+    its last batches (oldest first), the coordinator epoch of its last marker and the
+    first offset of its open transaction here (-1: none)."""
 
     __slots__ = ("producer_epoch", "batches", "last_timestamp", "coordinator_epoch", "current_txn_first_offset")
 
@@ -157,6 +180,19 @@ class ProducerStateManager:
         self.partition = partition  # "topic-N", in error messages as Kafka names a TopicPartition
         self.producers: dict[int, ProducerStateEntry] = {}
         self.snapshot_offset: int | None = None
+        #: Open transactions: producer id -> first offset, in offset order (a transaction
+        #: opens at the log end, so insertion order is offset order).
+        self.ongoing: dict[int, int] = {}
+        #: Completed transactions whose marker the high watermark has not passed yet.
+        self.unreplicated: list[CompletedTxn] = []
+
+    def load_entries(self, producers: dict[int, ProducerStateEntry]) -> None:
+        """Take the producers of a snapshot, their open transactions with them."""
+        self.producers = producers
+        opened = sorted(
+            (e.current_txn_first_offset, pid) for pid, e in producers.items() if e.current_txn_first_offset >= 0
+        )
+        self.ongoing = {pid: first for first, pid in opened}
 
     def check_and_find_duplicate(self, header: BatchHeader, first_offset: int) -> BatchMetadata | None:
         """Check one batch about to be appended at ``first_offset`` against its producer's
@@ -191,6 +227,12 @@ class ProducerStateManager:
                 f"Out of order sequence number for {self._where(producer_id, first_offset)}: "
                 f"{first_seq} (incoming seq. number), {entry.last_seq} (current end sequence number)",
             )
+        if entry.current_txn_first_offset >= 0 and not header.is_transactional:
+            raise RecordsError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"Expected transactional write from producer {producer_id} at offset {first_offset} "
+                f"in partition {self.partition}",
+            )
         return None
 
     def _where(self, producer_id: int, first_offset: int) -> str:
@@ -207,6 +249,66 @@ class ProducerStateManager:
         delta = header.last_offset_delta
         batch = BatchMetadata(last_sequence(header), first_offset + delta, delta, header.max_timestamp)
         entry.add_batch(header.producer_epoch, batch)
+        if header.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+            self.ongoing[producer_id] = first_offset
+
+    # -- transactions -------------------------------------------------------------------
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Kafka's ``ProducerAppendInfo.appendEndTxnMarker`` checks, before a marker is
+        written as leader: a producer epoch below the producer's is INVALID_PRODUCER_EPOCH,
+        a coordinator epoch below the last marker's is TRANSACTION_COORDINATOR_FENCED."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.producer_epoch:
+            raise RecordsError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"Epoch of producer {producer_id} in {self.partition} is {producer_epoch}, "
+                f"which is smaller than the last seen epoch {entry.producer_epoch}",
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise RecordsError(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"Invalid coordinator epoch for producer {producer_id} in {self.partition}: "
+                f"{coordinator_epoch} (zombie), {entry.coordinator_epoch} (current)",
+            )
+
+    def complete_txn(self, header: BatchHeader, marker: EndTxnMarker, offset: int) -> CompletedTxn:
+        """Apply a marker batch stored at ``offset``: the producer's open transaction here
+        (if any; a marker for none completes an empty one at the marker) ends."""
+        producer_id = header.producer_id
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(header.producer_epoch)
+        if header.producer_epoch != entry.producer_epoch:  # Kafka's maybeUpdateProducerEpoch
+            entry.batches.clear()
+            entry.producer_epoch = header.producer_epoch
+        first = entry.current_txn_first_offset if entry.current_txn_first_offset >= 0 else offset
+        entry.current_txn_first_offset = NO_OFFSET
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.last_timestamp = header.max_timestamp
+        self.ongoing.pop(producer_id, None)
+        completed = CompletedTxn(producer_id, first, offset, not marker.committed)
+        self.unreplicated.append(completed)
+        return completed
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """Kafka's ``lastStableOffset(completedTxn)``, for the ``.txnindex`` entry: the first
+        offset of the next open transaction, else one past the marker."""
+        return next(iter(self.ongoing.values()), completed.last_offset + 1)
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the oldest open or unreplicated transaction (None: none);
+        forgets the completed ones whose marker is below ``high_watermark``."""
+        if self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
+            self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
+        first = next(iter(self.ongoing.values()), None)
+        for txn in self.unreplicated:
+            if first is None or txn.first_offset < first:
+                first = txn.first_offset
+        return first
 
     def take_snapshot(self, log: PartitionLog) -> None:
         """Kafka's ``takeSnapshot``: hand ``log`` a snapshot at its end offset, unless it has one there."""
@@ -260,29 +362,41 @@ def decode_snapshot(data: bytes) -> dict[int, ProducerStateEntry]:
     return producers
 
 
-def rebuild_producer_state(partition: str, log: PartitionLog) -> ProducerStateManager:
+def rebuild_producer_state(
+    partition: str, log: PartitionLog, aborted: AbortedTxnList | PartitionLog | None = None, use_snapshot: bool = True
+) -> ProducerStateManager:
     """The producer state of a log being opened (Kafka's ``UnifiedLog.rebuildProducerState``):
     the latest snapshot, then the headers of the batches appended after it, read from the
     log (from its start when there is no usable snapshot). A snapshot below the log start
     offset is not used, as Kafka drops those: records between it and the start are gone,
-    so its producers would look out of sequence rather than unknown."""
+    so its producers would look out of sequence rather than unknown.
+
+    Markers replayed end their transactions; ``aborted`` (the log's ``.txnindex``, or the
+    partition's in-memory list) first forgets every transaction ending at or after the
+    replay's start, then gets each aborted one again, so a crash between a marker's
+    append and its index entry loses nothing (None: aborted transactions are not kept).
+    Without ``use_snapshot`` everything is replayed from the log start (for a log that
+    keeps no aborted-transaction index of its own, whose list must be rebuilt whole)."""
     state = ProducerStateManager(partition)
     offset = log.log_start_offset
     snapshot = log.latest_producer_snapshot()
-    if snapshot is not None and snapshot[0] >= offset:
+    if use_snapshot and snapshot is not None and snapshot[0] >= offset:
         snapshot_offset, data = snapshot
         try:
-            state.producers = decode_snapshot(data)
+            state.load_entries(decode_snapshot(data))
             offset = state.snapshot_offset = snapshot_offset
         except CorruptSnapshot as exc:
             logger.warning("Failed to load the producer snapshot of %s at %d: %s", partition, snapshot_offset, exc)
-    _replay(state, log, offset)
+    if aborted is None:
+        aborted = AbortedTxnList()
+    aborted.truncate_aborted_txns(offset)
+    _replay(state, log, offset, aborted)
     return state
 
 
-def _replay(state: ProducerStateManager, log: PartitionLog, offset: int) -> None:
-    """Apply the headers of the batches from ``offset`` to the log end (control batches,
-    which only a Kafka broker writes, end transactions and are skipped)."""
+def _replay(state: ProducerStateManager, log: PartitionLog, offset: int, aborted) -> None:
+    """Apply the headers of the batches from ``offset`` to the log end; a marker batch's
+    one record is read to end its transaction."""
     end = log.log_end_offset
     while offset < end:
         data = log.read(offset, REPLAY_CHUNK, end, True)
@@ -296,4 +410,15 @@ def _replay(state: ProducerStateManager, log: PartitionLog, offset: int) -> None
         for h in headers:
             if not h.is_control:
                 state.update(h, h.base_offset)
+            elif (marker := read_end_txn_marker(data, h)) is not None:
+                completed = state.complete_txn(h, marker, h.base_offset)
+                if completed.aborted:
+                    aborted.append_aborted_txn(aborted_entry(state, completed))
         offset = headers[-1].last_offset + 1
+
+
+def aborted_entry(state: ProducerStateManager, completed: CompletedTxn) -> AbortedTxn:
+    """The ``.txnindex`` entry of an aborted transaction just completed in ``state``."""
+    return AbortedTxn(
+        completed.producer_id, completed.first_offset, completed.last_offset, state.last_stable_offset_after(completed)
+    )

@@ -35,7 +35,6 @@ from .cluster import BrokerInfo, ClusterMembership, PartitionState, TopicAssignm
 from .controller import Controller, place_replicas
 from .errors import BrokkrError, ConfigError, ErrorCode
 from .log import OffsetOutOfRange
-from .producer_state import rebuild_producer_state
 from .protocol.frames import request_spec
 from .protocol.records import iter_batches_untrusted
 
@@ -257,7 +256,7 @@ class ReplicaManager:
         partition.log.truncate_to(offset)
         if end > offset:
             log.info("%s: truncated from %d to %d", partition.name, end, offset)
-            partition.producers = rebuild_producer_state(partition.name, partition.log)
+            partition.rebuild_producer_state()
             partition.lower_high_watermark(offset)
 
     def _update_fetchers(self, following: dict[Partition, int]) -> None:
@@ -298,8 +297,7 @@ class ReplicaManager:
                     max(h.max_timestamp for h in run),
                     sum(h.record_count for h in run),
                 )
-                for h in run:
-                    partition.producers.update(h, h.base_offset)
+                partition.replicated(data, run)
                 partition.bytes_appended += info.size
                 if info.rolled is not None:
                     partition.take_producer_snapshot()

@@ -27,6 +27,7 @@ from .broker import Broker
 from .log import AppendInfo, OffsetOutOfRange, PartitionLog, Storage, StoredTopic
 from .protocol.records import build_batch, iter_batches_untrusted, patch_batch, read_all_records
 from .retention import retention_offset
+from .txn_index import AbortedTxn
 
 MIB = 1 << 20
 
@@ -330,6 +331,41 @@ class StorageContract:
         plog = harness.restart()
         assert (plog.log_start_offset, plog.log_end_offset) == (0, 0)
         assert plog.latest_producer_snapshot() is None
+
+    # -- aborted transactions (optional: a log without them gets the core's list) --------
+
+    def _need_txn_index(self, plog) -> None:
+        if not hasattr(plog, "append_aborted_txn"):
+            pytest.skip(f"brokkr.storage={self.storage_name} keeps no aborted-transaction index")
+
+    def test_aborted_txns_are_found_by_the_range_they_overlap(self, harness):
+        plog = harness.log(**{"segment.bytes": 200})
+        self._need_txn_index(plog)
+        for _ in range(12):
+            append(plog, records=2, value_size=40)
+        txns = [AbortedTxn(1, 0, 3, 4), AbortedTxn(2, 2, 9, 10), AbortedTxn(3, 12, 20, 21)]
+        for txn in txns:
+            plog.append_aborted_txn(txn)
+        assert plog.aborted_txns(0, 24) == txns
+        assert plog.aborted_txns(4, 12) == txns[1:2]
+        assert plog.aborted_txns(10, 13) == txns[2:]
+        assert plog.aborted_txns(21, 24) == []
+        plog.truncate_to(10)
+        assert plog.aborted_txns(0, 10) == txns[:2], "entries whose marker is past the end go"
+        plog.truncate_aborted_txns(5)
+        assert plog.aborted_txns(0, 10) == txns[:1]
+
+    def test_a_restart_keeps_aborted_txns(self, harness):
+        self._need_durable()
+        plog = harness.log(**{"segment.bytes": 200})
+        self._need_txn_index(plog)
+        for _ in range(6):
+            append(plog, records=2, value_size=40)
+        plog.append_aborted_txn(AbortedTxn(1, 1, 7, 8))
+        plog = harness.restart()
+        assert plog.aborted_txns(0, 12) == [AbortedTxn(1, 1, 7, 8)]
+        plog.delete_before(10)
+        assert plog.aborted_txns(10, 12) == []
 
 
 def _read_all(plog: PartitionLog) -> list[bytes]:

@@ -75,7 +75,7 @@ def test_without_the_plugin_the_api_is_neither_advertised_nor_served(brokkr_brok
 
 def test_core_apis_come_through_the_hook(tmp_path):
     """With the built-in API plugin blocked, a broker serves only what other plugins add."""
-    disabled = "brokkr.core.apis.builtin,brokkr.plugins.groups"
+    disabled = "brokkr.core.apis.builtin,brokkr.plugins.groups,brokkr.plugins.transactions"
     broker = Broker(
         {"brokkr.plugins.disabled": disabled, "log.dirs": str(tmp_path)},
         plugins=(QuorumAndQuotas(),),

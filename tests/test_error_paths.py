@@ -48,9 +48,9 @@ def test_unknown_api_key_closes_only_that_connection(brokkr_broker):
 
 
 def test_api_kafka_defines_but_brokkr_does_not_serve_closes_the_connection(brokkr_broker):
-    end_txn = 26
+    alter_replica_log_dirs = 34
     with RawClient(brokkr_broker.bootstrap_servers) as c:
-        c.send(end_txn, 1, request_spec(end_txn).cls())
+        c.send(alter_replica_log_dirs, 1, request_spec(alter_replica_log_dirs).cls())
         assert c.is_closed_by_peer()
     still_serving(brokkr_broker)
 
@@ -111,6 +111,7 @@ def test_api_versions_lists_only_what_is_served(brokkr_broker):
         21,
         22,
         23,
+        27,
         29,
         30,
         31,
@@ -128,10 +129,12 @@ def test_api_versions_lists_only_what_is_served(brokkr_broker):
         50,
         51,
         60,
+        61,
         75,
     }
-    groups = {8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69}  # the built-in group coordinator plugin
-    assert {k.api_key for k in response.api_keys} == core | groups
+    groups = {8, 9, 10, 11, 12, 13, 14, 15, 16, 28, 42, 47, 68, 69}  # the built-in group coordinator plugin
+    transactions = {22, 24, 25, 26, 65, 66}  # the built-in transaction coordinator plugin
+    assert {k.api_key for k in response.api_keys} == core | groups | transactions
 
 
 def test_unsupported_produce_version_answers_unsupported_version(brokkr_broker, topic):

@@ -13,6 +13,7 @@ from brokkr.core.storage_contract import StorageContract
 from brokkr.core.testing import RawClient
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from txn_wire import UNVERIFIED, build_log
 
 
 def produce(bootstrap: str, topic: str, n: int) -> list:
@@ -66,6 +67,24 @@ def test_the_sqlite_example_serves_real_clients_across_a_restart(brokkr_broker_f
         assert values == [b"v%d" % i for i in range(20)]
     finally:
         consumer.close()
+
+
+def test_a_storage_without_a_txn_index_still_knows_its_aborted_transactions_after_a_restart(
+    brokkr_broker_factory, tmp_path
+):
+    """The sqlite example keeps no .txnindex: the broker keeps the aborted transactions in
+    memory and rebuilds them by replaying the whole log at start (the snapshot written at
+    the clean stop would otherwise hide them)."""
+    config = {"brokkr.storage": "sqlite", "log.dirs": str(tmp_path), "log.segment.bytes": "200", **UNVERIFIED}
+    broker = brokkr_broker_factory(config)
+    broker.call(broker.broker.create_topic, "rc")
+    build_log(broker)
+    before = broker.broker.partition("rc", 0).aborted.aborted_txns(0, 99)
+    assert len(before) == 2
+    broker.stop()
+    again = brokkr_broker_factory(config)
+    partition = again.broker.partition("rc", 0)
+    assert partition.aborted.aborted_txns(0, 99) == before and partition.last_stable_offset == 12
 
 
 TENANTS = {"acme": "acme-secret", "globex": "globex-secret", "ops": "ops-secret"}

@@ -15,6 +15,7 @@ from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import BUILTIN_PLUGINS, create_plugin_manager, hookimpl
 from brokkr.core.protocol.frames import request_spec
 from confluent_kafka import Consumer, Producer, TopicPartition
+from txn_wire import UNVERIFIED, end_txn, txn_batch, txn_produce
 from wire import batch
 
 HOOKS = sorted(name for name in dir(hookspecs) if name.startswith("brokkr_"))
@@ -148,6 +149,16 @@ class EveryHook:
         assert elapsed_ms >= 0 and response is not None
 
     @hookimpl
+    def brokkr_transaction_verify(self, transactional_id, producer_id, producer_epoch, partitions):
+        self.calls["brokkr_transaction_verify"] += 1
+        return None  # no coordinator here: no verification
+
+    @hookimpl
+    def brokkr_txn_marker_written(self, partition, marker, offset):
+        self.calls["brokkr_txn_marker_written"] += 1
+        assert offset < partition.log.log_end_offset and marker.committed
+
+    @hookimpl
     def brokkr_metrics_collectors(self, broker):
         self.calls["brokkr_metrics_collectors"] += 1
         return []
@@ -155,7 +166,7 @@ class EveryHook:
 
 def test_a_plugin_implementing_every_hook_sees_every_hook_called(brokkr_broker_factory):
     plugin = EveryHook()
-    config = {"every.hook.greeting": "hi", "log.segment.bytes": "300", "brokkr.metrics.port": "0"}
+    config = {"every.hook.greeting": "hi", "log.segment.bytes": "300", "brokkr.metrics.port": "0", **UNVERIFIED}
     broker = brokkr_broker_factory(config, plugins=[plugin])
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all", "linger.ms": 0})
     for i in range(10):
@@ -173,6 +184,9 @@ def test_a_plugin_implementing_every_hook_sees_every_hook_called(brokkr_broker_f
             29, 3, request_spec(29).cls(resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1)
         )
         c.request(48, 1, request_spec(48).cls(components=[]))
+    # A hand-driven transaction: a transactional batch, then its COMMIT marker.
+    assert txn_produce(broker, "hooks", txn_batch([b"t"], 9000)).error_code == 0
+    assert end_txn(broker, 9000, True, [("hooks", 0)]) == {("hooks", 0): 0}
     broker.call(lambda: broker.broker.apply_retention(now_ms=2**62))  # every closed segment is past retention.ms
     broker.stop()
     # Leadership changes happen on a cluster only: tests/cluster/ checks those two hooks.

@@ -38,6 +38,8 @@ _MODULES = (
     "elect_leaders",
     "alter_partition_reassignments",
     "list_partition_reassignments",
+    "write_txn_markers",
+    "describe_producers",
 )
 
 

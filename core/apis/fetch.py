@@ -6,6 +6,11 @@ of the response is returned whole even when larger (KIP-74), so a consumer alway
 progress. When fewer than ``min_bytes`` are available the fetch waits in the purgatory,
 without blocking the event loop, until enough bytes arrive or ``max_wait_ms`` passes.
 
+With isolation_level 1 (read_committed) a consumer reads up to the last stable offset
+instead of the high watermark, and each partition's answer lists the aborted transactions
+that overlap the records returned (Kafka's ``collectAbortedTxns``), so the consumer drops
+their records; a long poll then waits for the last stable offset to move.
+
 Fetch sessions (KIP-227) are not kept: every response has session id 0, which tells
 clients to send full fetch requests, as Kafka does when its session cache is full.
 """
@@ -17,6 +22,7 @@ from ..delayed import DelayedOperation
 from ..errors import ErrorCode
 from ..log import OffsetOutOfRange
 from ..protocol.frames import response_spec
+from ..protocol.records import next_offset_after
 from ..replication import diverging_epoch
 from . import Api
 from .common import leader_epoch_error, partition_of, resolve_topic
@@ -29,15 +35,27 @@ FetchResponse = _R.cls
 FetchableTopicResponse = _R.struct("FetchableTopicResponse")
 PartitionData = _R.struct("PartitionData")
 EpochEndOffset = _R.struct("EpochEndOffset")
+AbortedTransaction = _R.struct("AbortedTransaction")
+READ_COMMITTED = 1
 
 
 def _error(index: int, code: ErrorCode) -> PartitionData:
     return PartitionData(partition_index=index, error_code=code, high_watermark=-1, records=b"")
 
 
-def _read_all(broker, plan, max_bytes: int, follower: bool = False) -> tuple[list, int]:
-    """Read every readable partition of ``plan`` (up to the high watermark; for a follower,
-    up to the log end); returns the topic responses and bytes read."""
+def _aborted(partition, fetch_offset: int, data: bytes) -> list:
+    """The aborted transactions overlapping the records read (read_committed), as Kafka's
+    ``addAbortedTransactions``: up to the end of the last batch returned."""
+    if not data:
+        return []
+    found = partition.aborted.aborted_txns(fetch_offset, next_offset_after(data, fetch_offset))
+    return [AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset) for t in found]
+
+
+def _read_all(broker, plan, max_bytes: int, follower: bool = False, read_committed: bool = False) -> tuple[list, int]:
+    """Read every readable partition of ``plan`` (up to the high watermark, or the last
+    stable offset for read_committed; for a follower, up to the log end); returns the topic
+    responses and bytes read."""
     budget = max_bytes
     min_one = True
     total = 0
@@ -49,11 +67,15 @@ def _read_all(broker, plan, max_bytes: int, follower: bool = False) -> tuple[lis
                 parts.append(_error(fp.partition, code))
                 continue
             hw = partition.high_watermark
+            lso = partition.last_stable_offset
             data = b""
+            aborted = None
             try:
                 limit = min(fp.partition_max_bytes, max(budget, 0))
-                end = partition.log.log_end_offset if follower else hw
+                end = partition.log.log_end_offset if follower else lso if read_committed else hw
                 data = partition.log.read(fp.fetch_offset, limit, end, min_one)
+                if read_committed:
+                    aborted = _aborted(partition, fp.fetch_offset, data)
             except OffsetOutOfRange:
                 code = ErrorCode.OFFSET_OUT_OF_RANGE
             if data:
@@ -65,8 +87,9 @@ def _read_all(broker, plan, max_bytes: int, follower: bool = False) -> tuple[lis
                     partition_index=fp.partition,
                     error_code=code,
                     high_watermark=hw,
-                    last_stable_offset=hw,
+                    last_stable_offset=lso,
                     log_start_offset=partition.log.log_start_offset,
+                    aborted_transactions=aborted,
                     records=data,
                 )
             )
@@ -120,19 +143,25 @@ async def handle(broker, ctx, request):
     follower = replica >= 0
     if divergent:  # such a follower gets where to truncate to, and no records
         plan = [(t, topic, [(fp, p, e) for fp, p, e in items if id(fp) not in divergent]) for t, topic, items in plan]
-    responses, total = _read_all(broker, plan, min(request.max_bytes, broker.config["fetch.max.bytes"]), follower)
+    committed = not follower and request.isolation_level == READ_COMMITTED
+    max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
+    responses, total = _read_all(broker, plan, max_bytes, follower, committed)
     if divergent:
         _add_divergent(request, responses, divergent, broker)
     watched = {p for _, _, items in plan for _, p, err in items if p is not None and not err}
     if total < request.min_bytes and request.max_wait_ms > 0 and watched and not has_error:
-        start = {p: (p.bytes_appended, p.high_watermark) for p in watched}
+        # A consumer's new bytes count once the high watermark (read_committed: the last
+        # stable offset, which only moves when the high watermark or a marker does) passes
+        # some of them.
+        visible = (lambda p: p.last_stable_offset) if committed else (lambda p: p.high_watermark)
+        start = {p: (p.bytes_appended, visible(p)) for p in watched}
 
-        def enough() -> bool:  # a consumer's new bytes count once the high watermark passes some of them
-            new = sum(p.bytes_appended - n for p, (n, hw) in start.items() if follower or p.high_watermark > hw)
+        def enough() -> bool:
+            new = sum(p.bytes_appended - n for p, (n, seen) in start.items() if follower or visible(p) > seen)
             return total + new >= request.min_bytes
 
         await broker.purgatory.wait(DelayedOperation(request.max_wait_ms, enough), watched)
-        responses, total = _read_all(broker, plan, min(request.max_bytes, broker.config["fetch.max.bytes"]), follower)
+        responses, total = _read_all(broker, plan, max_bytes, follower, committed)
 
     throttle = broker.throttle_ms(ctx, "fetch", total)
     return FetchResponse(throttle_time_ms=throttle, error_code=ErrorCode.NONE, session_id=0, responses=responses)

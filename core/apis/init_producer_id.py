@@ -8,9 +8,12 @@ transaction coordinator, and an idempotent producer that must bump its epoch eit
 so itself (the Java client) or takes the new id (librdkafka, kafka-python).
 
 With a transactional id, the request belongs to the transaction coordinator of the id's
-``__transaction_state`` partition. brokkr hosts no transaction coordinator, so after
-Kafka's checks (authorization, a non-empty id, ``transaction.max.timeout.ms``) it answers
-NOT_COORDINATOR, as a Kafka broker that is not the id's coordinator does.
+``__transaction_state`` partition: the built-in plugin :mod:`brokkr.plugins.transactions`
+serves this API in place of this module, runs :func:`check` (Kafka's checks: authorization,
+a non-empty id, ``transaction.max.timeout.ms``) and hands requests without a transactional
+id back here. With that plugin blocked there is no transaction coordinator: after the same
+checks this module answers NOT_COORDINATOR, as a Kafka broker that is not the id's
+coordinator does.
 """
 
 from __future__ import annotations
@@ -27,28 +30,37 @@ _R = response_spec(KEY)
 InitProducerIdResponse = _R.cls
 
 
-def _error(code: ErrorCode) -> InitProducerIdResponse:
+def error(code: ErrorCode) -> InitProducerIdResponse:
     return InitProducerIdResponse(error_code=code, producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH)
 
 
-async def handle(broker, ctx, request):
+def check(broker, ctx, request) -> ErrorCode:
+    """The error Kafka answers before any producer id is handed out, or NONE."""
     txn_id = request.transactional_id
     if txn_id is not None:
         if not broker.authorize(ctx, [Action(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)])[0]:
-            return _error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif not _may_write_idempotently(broker, ctx):
-        return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     if (request.producer_id == NO_PRODUCER_ID) != (request.producer_epoch == NO_PRODUCER_EPOCH):
-        return _error(ErrorCode.INVALID_REQUEST)  # an id without an epoch, or an epoch without an id
-    if txn_id is None:
+        return ErrorCode.INVALID_REQUEST  # an id without an epoch, or an epoch without an id
+    if txn_id is not None:
+        if not txn_id:
+            return ErrorCode.INVALID_REQUEST
+        if not 0 < request.transaction_timeout_ms <= broker.config["transaction.max.timeout.ms"]:
+            return ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    return ErrorCode.NONE
+
+
+async def handle(broker, ctx, request):
+    code = check(broker, ctx, request)
+    if code:
+        return error(code)
+    if request.transactional_id is None:
         return InitProducerIdResponse(
             error_code=ErrorCode.NONE, producer_id=broker.producer_ids.generate_producer_id(), producer_epoch=0
         )
-    if not txn_id:
-        return _error(ErrorCode.INVALID_REQUEST)
-    if not 0 < request.transaction_timeout_ms <= broker.config["transaction.max.timeout.ms"]:
-        return _error(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-    return _error(ErrorCode.NOT_COORDINATOR)
+    return error(ErrorCode.NOT_COORDINATOR)
 
 
 def _may_write_idempotently(broker, ctx) -> bool:
@@ -61,7 +73,7 @@ def _may_write_idempotently(broker, ctx) -> bool:
 
 
 def error_response(request, code):
-    return _error(code)
+    return error(code)
 
 
 API = Api(KEY, 0, 5, handle, error_response)

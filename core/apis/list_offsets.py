@@ -1,6 +1,8 @@
 """ListOffsets (key 2), versions 1-11: offsets by timestamp, and the special specs
 -2 earliest, -1 latest, -3 max timestamp, -4 earliest local, -5 latest tiered,
--6 earliest pending upload (Kafka's UnifiedLog.fetchOffsetByTimestamp)."""
+-6 earliest pending upload (Kafka's UnifiedLog.fetchOffsetByTimestamp). With
+isolation_level 1 (read_committed, v2+) everything is bounded by the last stable offset
+instead of the high watermark, as in Kafka's ``ReplicaManager.fetchOffsetForTimestamp``."""
 
 from __future__ import annotations
 
@@ -12,16 +14,18 @@ from .common import leader_epoch_error, partition_of
 
 KEY = 2
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+READ_COMMITTED = 1
 _R = response_spec(KEY)
 ListOffsetsResponse = _R.cls
 ListOffsetsTopicResponse = _R.struct("ListOffsetsTopicResponse")
 ListOffsetsPartitionResponse = _R.struct("ListOffsetsPartitionResponse")
 
 
-def _lookup(partition, spec: int) -> tuple[int, int]:
-    """(offset, timestamp) for one request, bounded by the high watermark."""
+def _lookup(partition, spec: int, read_committed: bool) -> tuple[int, int]:
+    """(offset, timestamp) for one request, bounded by the high watermark (read_committed:
+    the last stable offset)."""
     plog = partition.log
-    hw = partition.high_watermark
+    hw = partition.last_stable_offset if read_committed else partition.high_watermark
     if spec in (EARLIEST, EARLIEST_LOCAL):
         return plog.log_start_offset, -1
     if spec == LATEST:
@@ -36,6 +40,7 @@ def _lookup(partition, spec: int) -> tuple[int, int]:
 
 async def handle(broker, ctx, request):
     allowed = broker.authorize_topics(ctx, AclOperation.DESCRIBE, (t.name for t in request.topics))
+    read_committed = request.isolation_level == READ_COMMITTED
     topics = []
     for t in request.topics:
         topic = broker.topics.get(t.name)
@@ -52,7 +57,7 @@ async def handle(broker, ctx, request):
             elif code := leader_epoch_error(partition, p.current_leader_epoch):
                 res.error_code = code
             else:
-                res.offset, res.timestamp = _lookup(partition, p.timestamp)
+                res.offset, res.timestamp = _lookup(partition, p.timestamp, read_committed)
                 res.leader_epoch = partition.leader_epoch if res.offset >= 0 else -1
             parts.append(res)
         topics.append(ListOffsetsTopicResponse(name=t.name, partitions=parts))

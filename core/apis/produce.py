@@ -13,7 +13,7 @@ import logging
 from ..authorization import AclOperation, Action, ResourceType
 from ..errors import CloseConnection, CorruptRequest, ErrorCode
 from ..protocol.frames import response_spec
-from ..protocol.records import iter_batches_untrusted
+from ..protocol.records import BatchHeader, iter_batches_untrusted
 from ..validation import RecordsError, ValidatedRecords
 from . import Api
 from .common import NoResponse, partition_of, resolve_topic
@@ -38,7 +38,8 @@ async def handle(broker, ctx, request):
     acks = request.acks
     if acks not in (-1, 0, 1):
         return error_response(request, ErrorCode.INVALID_REQUIRED_ACKS)
-    if _has_transactional_records(request):
+    transactional = _transactional_headers(request)
+    if transactional:
         # Kafka's KafkaApis: transactional batches need WRITE on the request's transactional
         # id, so a plain producer (no transactional id) setting the flag fails everything.
         txn_id = request.transactional_id
@@ -55,6 +56,7 @@ async def handle(broker, ctx, request):
         zip(names, broker.authorize(ctx, [Action(AclOperation.WRITE, ResourceType.TOPIC, n) for n in names]))
     )
 
+    verified = await _verify_transaction(broker, ctx, request, transactional, topics, allowed)
     responses = []
     waiting = []  # (partition, required offset, its response)
     produced_bytes = 0
@@ -69,6 +71,8 @@ async def handle(broker, ctx, request):
                 res = _result(pd.index, code)
             elif (found := partition_of(topic, pd.index))[0] is None:
                 res = _result(pd.index, found[1])
+            elif verified.get(id(pd), ErrorCode.NONE) != ErrorCode.NONE:
+                res = _unverified(pd.index, verified[id(pd)])
             else:
                 partition = found[0]
                 res, next_offset = await _append(broker, ctx, partition, pd.records, acks)
@@ -90,17 +94,82 @@ async def handle(broker, ctx, request):
     return ProduceResponse(responses=responses, throttle_time_ms=throttle)
 
 
-def _has_transactional_records(request) -> bool:
-    """Kafka's ``RequestUtils.hasTransactionalRecords``: whether any batch of any partition
-    has the transactional flag. Record sets that do not parse are left to validation."""
+def _transactional_headers(request) -> dict[int, BatchHeader]:
+    """Kafka's ``RequestUtils.hasTransactionalRecords``, keeping what it finds: the first
+    transactional batch header of each partition's records, by ``id`` of its partition
+    data. Record sets that do not parse are left to validation."""
+    found = {}
     for t in request.topic_data:
         for pd in t.partition_data:
             try:
-                if any(h.is_transactional for h in iter_batches_untrusted(pd.records or b"")):
-                    return True
+                h = next((h for h in iter_batches_untrusted(pd.records or b"") if h.is_transactional), None)
             except CorruptRequest:
                 continue
-    return False
+            if h is not None:
+                found[id(pd)] = h
+    return found
+
+
+async def _verify_transaction(broker, ctx, request, transactional, topics, allowed) -> dict[int, ErrorCode]:
+    """KIP-890 part 1: ask ``brokkr_transaction_verify`` (once) about the partitions whose
+    transactional batch would start a transaction (no open one of that producer and epoch
+    there). Returns the error code per partition data id; empty when nothing was asked."""
+    asked: dict[tuple[str, int], int] = {}
+    first = None
+    for t, topic, code in topics:
+        if topic is None or code or not allowed.get(topic.name, True):
+            continue
+        for pd in t.partition_data:
+            h = transactional.get(id(pd))
+            partition = partition_of(topic, pd.index)[0] if h is not None else None
+            if partition is None:
+                continue
+            entry = partition.producers.producers.get(h.producer_id)
+            if entry is not None and h.producer_epoch < entry.producer_epoch:
+                continue  # fenced: the append answers INVALID_PRODUCER_EPOCH (KAFKA-18042: no need to ask)
+            if entry is None or entry.current_txn_first_offset < 0 or entry.producer_epoch != h.producer_epoch:
+                asked[(topic.name, pd.index)] = id(pd)
+                first = first or h
+    if not asked:
+        return {}
+    answer = broker.hook.brokkr_transaction_verify(
+        transactional_id=request.transactional_id,
+        producer_id=first.producer_id,
+        producer_epoch=first.producer_epoch,
+        partitions=list(asked),
+        broker=broker,
+        produce_version=ctx.api_version,
+    )
+    if answer is None:
+        return {}
+    try:
+        errors = await answer
+    except Exception:  # the coordinator could not be asked: retriable, as Kafka's lost connection
+        log.exception("verifying the transaction of %r failed", request.transactional_id)
+        errors = dict.fromkeys(asked, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    return {pd_id: errors.get(key, ErrorCode.INVALID_TXN_STATE) for key, pd_id in asked.items()}
+
+
+#: Coordinator answers that say "try again" become NOT_ENOUGH_REPLICAS, which producers
+#: retry (Kafka 3.6+'s ReplicaManager does the same).
+_RETRIABLE_VERIFY = {
+    ErrorCode.CONCURRENT_TRANSACTIONS,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+}
+
+
+def _unverified(index: int, code: ErrorCode) -> PartitionProduceResponse:
+    if code == ErrorCode.INVALID_TXN_STATE:
+        return _result(index, code, "Partition was not added to the transaction")
+    if code in _RETRIABLE_VERIFY:
+        return _result(
+            index,
+            ErrorCode.NOT_ENOUGH_REPLICAS,
+            f"Unable to verify the partition has been added to the transaction. Underlying error: {code.name}",
+        )
+    return _result(index, code)
 
 
 async def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProduceResponse, int]:

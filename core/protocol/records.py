@@ -55,6 +55,7 @@ LEGACY_MIN_SIZE = 14
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
 MAX_TIMESTAMP_OFFSET = 35
 _BASE_OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
@@ -148,6 +149,21 @@ def iter_batches_untrusted(buf: bytes | bytearray | memoryview) -> Iterator[Batc
             raise CorruptRequest(f"record batch at {pos} declares size {length}, below the minimum")
         yield BatchHeader.unpack(mv, pos)
         pos += LOG_OVERHEAD + length
+
+
+def next_offset_after(buf: bytes | bytearray | memoryview, default: int) -> int:
+    """One past the last offset of the last whole batch in ``buf`` (``default`` if none):
+    a hop from batch length to batch length, reading two header fields of the last batch
+    only (a fetch's aborted-transaction search needs where its records end)."""
+    pos, end, last = 0, len(buf), -1
+    while pos + LOG_OVERHEAD <= end:
+        (length,) = _LENGTH.unpack_from(buf, pos + 8)
+        if length < HEADER_SIZE - LOG_OVERHEAD or pos + LOG_OVERHEAD + length > end:
+            break
+        last, pos = pos, pos + LOG_OVERHEAD + length
+    if last < 0:
+        return default
+    return _BASE_OFFSET.unpack_from(buf, last)[0] + _LENGTH.unpack_from(buf, last + LAST_OFFSET_DELTA_OFFSET)[0] + 1
 
 
 def crc_ok(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:

@@ -164,6 +164,15 @@ def brokkr_became_follower(partition, broker):
 
 
 @hookimpl
+def brokkr_txn_marker_written(partition, marker, offset, broker):
+    """A transaction that committed offsets (TxnOffsetCommit) ended on one of our partitions."""
+    if partition.topic.name == OFFSETS_TOPIC:
+        coordinator = coordinator_of(broker)
+        if coordinator is not None:
+            coordinator.offsets.complete_transaction(marker.producer_id, marker.committed, partition.index)
+
+
+@hookimpl
 def brokkr_broker_stopping(broker):
     coordinator = coordinator_of(broker)
     if coordinator is not None:

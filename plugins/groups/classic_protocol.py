@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from brokkr.core.errors import ErrorCode
 
+from ..coordinator_partitions import write_error
 from .classic import ClassicGroup, ClassicMember, ClassicState
-from .errors import write_error
 
 if TYPE_CHECKING:
     from .coordinator import GroupCoordinator

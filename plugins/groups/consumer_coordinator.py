@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 from brokkr.core.authorization import AclOperation
 from brokkr.core.errors import ErrorCode
 
+from ..coordinator_partitions import write_error
 from .consumer_config import consumer_settings
 from .consumer_group import ConsumerGroup, GroupApiError
 from .consumer_heartbeat import validate
 from .consumer_protocol import ConsumerProtocol, HeartbeatResult
 from .consumer_timers import SESSION, Expiry
-from .errors import write_error
 
 if TYPE_CHECKING:
     from .coordinator import GroupCoordinator

@@ -2,31 +2,21 @@
 coordinates, the groups and offsets loaded from them, and how changes are written.
 
 A group belongs to partition ``abs(javaHashCode(group_id)) % offsets.topic.num.partitions``
-and is coordinated by that partition's leader. Ownership changes only through two calls,
-the seam that replication will drive: :meth:`GroupCoordinator.became_leader` (load the
-partition's groups; requests for them answer COORDINATOR_LOAD_IN_PROGRESS until loaded)
-and :meth:`GroupCoordinator.resigned` (drop them; requests answer NOT_COORDINATOR). On one
-broker, the broker leads every partition from start-up.
-
-Durable state is a log of coordinator records (Kafka's CoordinatorShard): a change is
-written as records through the broker's normal append path, awaited like acks=-1, and
-only then applied to memory by :meth:`GroupCoordinator.replay`, the same function that
-applies the records read back when a partition loads. A classic group's membership lives
+and is coordinated by that partition's leader; ownership, loading and writing are
+:class:`~brokkr.plugins.coordinator_partitions.PartitionedCoordinator`'s (shared with the
+transaction coordinator). :meth:`GroupCoordinator.replay` applies one record, at runtime
+after it is written and when a partition loads. A classic group's membership lives
 in memory; its GroupMetadata record is what a restart recovers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from typing import Any
 
-from brokkr.core.errors import BrokkrError, ErrorCode
-from brokkr.core.log import OffsetOutOfRange, batch_records
-from brokkr.core.protocol.records import BatchHeader, build_batch, iter_batches_untrusted
-from brokkr.core.validation import RecordsError, ValidatedRecords
+from brokkr.core.errors import ErrorCode
 
+from ..coordinator_partitions import PartitionedCoordinator, TopicSettings, partition_for
 from .classic import ClassicGroup, ClassicMember, ClassicState
 from .classic_protocol import ClassicProtocol
 from .consumer_coordinator import ConsumerCoordinator
@@ -42,196 +32,62 @@ log = logging.getLogger("brokkr.groups")
 OFFSETS_TOPIC = "__consumer_offsets"
 #: GroupMetadataValue version written (Kafka 2.3+ writes 3).
 GROUP_METADATA_VERSION = 3
-#: Bytes read per step when loading a partition, between which the loop runs other work.
-LOAD_CHUNK_BYTES = 1 << 20
 
 
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units, as a signed 32-bit int)."""
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def kafka_abs(n: int) -> int:
-    """Kafka's ``Utils.abs``: Integer.MIN_VALUE maps to 0, not to itself."""
-    return 0 if n == -(1 << 31) else abs(n)
-
-
-def partition_for(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of ``group_id`` (GroupMetadataManager.partitionFor)."""
-    return kafka_abs(java_string_hash(group_id)) % num_partitions
-
-
-class GroupCoordinator:
+class GroupCoordinator(PartitionedCoordinator):
     """The groups (of either protocol) and committed offsets this broker coordinates.
 
     Registered as a plugin of its broker (``brokkr.groups.coordinator``); the API
     handlers find it with :func:`brokkr.plugins.groups.coordinator_of`."""
 
+    settings = TopicSettings(
+        OFFSETS_TOPIC,
+        "offsets.topic.num.partitions",
+        "offsets.topic.segment.bytes",
+        "offsets.topic.replication.factor",
+        "offsets.commit.timeout.ms",
+    )
+    #: Transactional offset commits (TxnOffsetCommit) load as pending until their marker.
+    replays_transactional = True
+
     def __init__(self, broker):
-        self.broker = broker
-        self.num_partitions: int = broker.config["offsets.topic.num.partitions"]
-        #: partition -> (loaded?, leader epoch) for the partitions this node leads.
-        self.owned: dict[int, tuple[bool, int]] = {}
-        self._loads: dict[int, asyncio.Task] = {}
-        self._tasks: set[asyncio.Task] = set()
+        super().__init__(broker)
         self.groups: dict[str, Any] = {}
         self.offsets = Offsets(self)
         self.classic = ClassicProtocol(self)
         self.consumer = ConsumerCoordinator(self)
-        self._creating = False
-
-    # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
-        """Alone, take over every partition of ``__consumer_offsets`` if it exists (one
-        broker leads them all); else it is created on the first group lookup, as in Kafka.
-        On a cluster, partitions are taken over as this broker becomes their leader."""
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
-        if topic is not None and self.broker.replicas is None:
-            self._take_over(topic)
+        super().start()
         self.spawn(self.offsets.expire_periodically(), "offsets expiry")
         self.consumer.start()
 
     def create_offsets_topic(self) -> None:
-        """Create ``__consumer_offsets`` (compacted): what Kafka's first FindCoordinator for a
-        group does, answering COORDINATOR_NOT_AVAILABLE meanwhile. Alone, the broker takes it
-        over at once; on a cluster, with ``offsets.topic.replication.factor`` replicas, each
-        partition's leader does."""
-        config = self.broker.config
-        configs = {"cleanup.policy": "compact", "segment.bytes": config["offsets.topic.segment.bytes"]}
-        if self.broker.replicas is None:
-            self._take_over(self.broker.create_topic(OFFSETS_TOPIC, self.num_partitions, configs))
-        elif not self._creating:
-            self._creating = True
-            rf = config["offsets.topic.replication.factor"]
-            self.spawn(self._create_on_cluster(rf, {k: str(v) for k, v in configs.items()}), "create offsets topic")
+        """Create ``__consumer_offsets`` (see :meth:`PartitionedCoordinator.create_topic`)."""
+        self.create_topic()
 
-    async def _create_on_cluster(self, replication_factor: int, configs: dict[str, str]) -> None:
-        try:
-            await self.broker.replicas.create_topic(OFFSETS_TOPIC, self.num_partitions, replication_factor, configs)
-        except BrokkrError as exc:
-            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
-        finally:
-            self._creating = False
+    def decode(self, key, value) -> CoordinatorRecord:
+        return decode_record(key, value)
 
-    def _take_over(self, topic) -> None:
-        # The topic's own partition count decides once it exists, as in Kafka.
-        self.num_partitions = len(topic.partitions)
-        for partition in topic.partitions:
-            self.became_leader(partition.index, partition.leader_epoch)
-
-    def stop(self) -> None:
-        for index in list(self.owned):
-            self.resigned(index)
-        for task in list(self._tasks):
-            task.cancel()
-
-    def spawn(self, coro, name: str) -> asyncio.Task:
-        """Run ``coro`` in the background, kept until it ends (its failure is logged)."""
-        task = asyncio.get_running_loop().create_task(coro, name=f"brokkr-groups {name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("%s failed", task.get_name(), exc_info=task.exception())
-
-    # -- ownership seam ---------------------------------------------------------------
-
-    def became_leader(self, index: int, epoch: int) -> None:
-        """This node leads ``__consumer_offsets`` partition ``index`` at ``epoch``: load its
-        groups and offsets; until loaded, their requests answer COORDINATOR_LOAD_IN_PROGRESS."""
-        current = self.owned.get(index)
-        if current is not None and current[1] >= epoch:
-            return
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
-        if topic is not None:  # the topic's own partition count decides once it exists
-            self.num_partitions = len(topic.partitions)
-        self.owned[index] = (False, epoch)
-        self._loads[index] = asyncio.get_running_loop().create_task(
-            self._load(index, epoch), name=f"brokkr-groups-load-{index}"
-        )
-
-    def resigned(self, index: int, epoch: int | None = None) -> None:
-        """This node no longer leads partition ``index``: drop its groups and offsets."""
-        task = self._loads.pop(index, None)
-        if task is not None:
-            task.cancel()
-        self.owned.pop(index, None)
-        for group_id in [g for g in self.groups if self.partition_for(g) == index]:
-            self._unload(group_id, ErrorCode.NOT_COORDINATOR)
-        for group_id in [g for g in self.offsets.by_group if self.partition_for(g) == index]:
-            del self.offsets.by_group[group_id]
-
-    async def _load(self, index: int, epoch: int) -> None:
-        """Replay the partition's records (GroupMetadataManager.loadGroupsAndOffsets)."""
-        try:
-            count = await self._replay_partition(self.broker.partition(OFFSETS_TOPIC, index))
-        except Exception:  # served with what loaded rather than refused for ever
-            log.exception("loading %s-%d failed; its groups are served with what was read", OFFSETS_TOPIC, index)
-            count = -1
-        finally:
-            self._loads.pop(index, None)
+    def loaded(self, index: int) -> None:
         for group in self.groups.values():
             if isinstance(group, ClassicGroup) and self.partition_for(group.group_id) == index:
                 self.classic.schedule_sessions(group)
             elif isinstance(group, ConsumerGroup) and self.partition_for(group.group_id) == index:
                 self.consumer.loaded(group)
-        if self.owned.get(index) == (False, epoch):
-            self.owned[index] = (True, epoch)
-            log.debug("loaded %s-%d at epoch %d (%d records)", OFFSETS_TOPIC, index, epoch, count)
 
-    async def _replay_partition(self, partition) -> int:
-        offset, end, count = partition.log.log_start_offset, partition.high_watermark, 0
-        while offset < end:
-            try:
-                data = partition.log.read(offset, LOAD_CHUNK_BYTES, end, True)
-            except OffsetOutOfRange:  # retention or cleaning moved the start meanwhile
-                offset = partition.log.log_start_offset
-                continue
-            if not data:
-                break
-            for header in iter_batches_untrusted(data):
-                if header.last_offset < offset:
-                    continue
-                offset = header.last_offset + 1
-                # Control batches and (not yet served) transactional offset commits are skipped.
-                if header.is_control or header.is_transactional:
-                    continue
-                for record in batch_records(data, header, self.broker.codecs):
-                    try:
-                        self.replay(decode_record(record.key, record.value))
-                    except Exception as exc:
-                        log.warning("%s: skipping a record that does not load: %s", partition.name, exc)
-                    count += 1
-            await asyncio.sleep(0)  # let other requests in between chunks
-        return count
+    def replay_transactional(self, producer_id: int, record: CoordinatorRecord) -> None:
+        self.offsets.replay_transactional(producer_id, record)
 
-    async def wait_loaded(self) -> None:
-        """Return once every partition being loaded now has loaded (or was dropped)."""
-        await asyncio.gather(*self._loads.values(), return_exceptions=True)
+    def replay_marker(self, index: int, producer_id: int, committed: bool) -> None:
+        self.offsets.complete_transaction(producer_id, committed, index)
 
-    # -- lookups ----------------------------------------------------------------------
-
-    def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
-
-    def check_coordinator(self, group_id: str) -> ErrorCode:
-        """NONE when this node coordinates ``group_id`` and has loaded it; otherwise the
-        error Kafka answers (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS)."""
-        owned = self.owned.get(self.partition_for(group_id))
-        if owned is None:
-            return ErrorCode.NOT_COORDINATOR
-        if not owned[0]:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        return ErrorCode.NONE
+    def unloaded(self, index: int) -> None:
+        self.offsets.unload(index)
+        for group_id in [g for g in self.groups if self.partition_for(g) == index]:
+            self._unload(group_id, ErrorCode.NOT_COORDINATOR)
+        for group_id in [g for g in self.offsets.by_group if self.partition_for(g) == index]:
+            del self.offsets.by_group[group_id]
 
     def add_group(self, group):
         self.groups[group.group_id] = group
@@ -245,35 +101,6 @@ class GroupCoordinator:
             self.consumer.unloaded(group_id)
 
     # -- writing and replaying ----------------------------------------------------
-
-    async def write(self, group_id: str, records: list[tuple[bytes, bytes | None]], replay: bool = True) -> ErrorCode:
-        """Append ``records`` (encoded key and value) to the group's partition as one batch,
-        wait until they are acknowledged as acks=-1 waits (``offsets.commit.timeout.ms``),
-        then, with ``replay``, apply them to memory. Returns the append's error, if any."""
-        error = self.check_coordinator(group_id)
-        if error:
-            return error
-        partition = self.broker.partition(OFFSETS_TOPIC, self.partition_for(group_id))
-        if partition is None:
-            return ErrorCode.NOT_COORDINATOR
-        now = int(time.time() * 1000)
-        batch = bytearray(build_batch(records, timestamp=now))
-        if len(batch) > partition.config["max.message.bytes"]:
-            return ErrorCode.MESSAGE_TOO_LARGE
-        validated = ValidatedRecords(batch, [BatchHeader.unpack(batch)], len(records), now)
-        try:
-            info = self.broker.append(partition, validated)
-        except RecordsError as exc:
-            return exc.code
-        except OSError:
-            return ErrorCode.KAFKA_STORAGE_ERROR
-        timeout = self.broker.config["offsets.commit.timeout.ms"]
-        if await self.broker.wait_acknowledged({partition: info.last_offset + 1}, timeout):
-            return ErrorCode.REQUEST_TIMED_OUT
-        if replay:
-            for key, value in records:
-                self.replay(decode_record(key, value))
-        return ErrorCode.NONE
 
     def replay(self, record: CoordinatorRecord) -> None:
         """Apply one record to memory: at runtime after it is written, and when loading."""

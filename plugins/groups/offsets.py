@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 import attrs
 from brokkr.core.errors import ErrorCode
 
+from ..coordinator_partitions import write_error
 from .classic import ClassicGroup, ClassicState
 from .consumer_group import ConsumerGroup
-from .errors import write_error
-from .records import CoordinatorRecord, encode_key, encode_value, record_spec
+from .records import CoordinatorRecord, decode_record, encode_key, encode_value, record_spec
 
 if TYPE_CHECKING:
     from .coordinator import GroupCoordinator
@@ -66,6 +66,9 @@ class Offsets:
         self.check_interval_ms: int = config["offsets.retention.check.interval.ms"]
         self.max_metadata_bytes: int = config["offset.metadata.max.bytes"]
         self.by_group: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        #: Transactional offset commits awaiting their transaction's marker:
+        #: producer id -> group -> the OffsetCommit records (applied by replay on COMMIT).
+        self.pending: dict[int, dict[str, list[CoordinatorRecord]]] = {}
 
     def replay(self, record: CoordinatorRecord) -> None:
         key = record.key
@@ -131,6 +134,56 @@ class Offsets:
         records = [(offset_key(group_id, t, p), offset_value(o)) for (t, p), o in offsets.items()]
         error = await self.coordinator.write(group_id, records)
         return write_error(error, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
+
+    # -- TxnOffsetCommit ----------------------------------------------------------------
+
+    async def commit_transactional(
+        self, group_id: str, producer_id: int, epoch: int, offsets: dict[tuple[str, int], OffsetAndMetadata]
+    ) -> ErrorCode:
+        """Write the offsets as part of the producer's transaction (a transactional batch);
+        they count once its COMMIT marker reaches the group's partition
+        (:meth:`complete_transaction`), and never after an ABORT."""
+        if group_id not in self.coordinator.groups:
+            self.coordinator.add_group(ClassicGroup(group_id, state_timestamp=_now_ms()))
+        records = [(offset_key(group_id, t, p), offset_value(o)) for (t, p), o in offsets.items()]
+        error = await self.coordinator.write(group_id, records, replay=False, producer=(producer_id, epoch))
+        if error in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+            return error
+        if not error:
+            for key, value in records:
+                self.replay_transactional(producer_id, decode_record(key, value))
+        return write_error(error, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
+
+    def replay_transactional(self, producer_id: int, record: CoordinatorRecord) -> None:
+        if record.type == "OffsetCommit":
+            self.pending.setdefault(producer_id, {}).setdefault(record.key.group, []).append(record)
+
+    def complete_transaction(self, producer_id: int, committed: bool, index: int) -> None:
+        """The producer's transaction ended on ``__consumer_offsets`` partition ``index``:
+        its pending offsets of the groups there are applied (COMMIT) or dropped (ABORT)."""
+        by_group = self.pending.get(producer_id)
+        if not by_group:
+            return
+        for group_id in [g for g in by_group if self.coordinator.partition_for(g) == index]:
+            records = by_group.pop(group_id)
+            if committed:
+                for record in records:
+                    self.coordinator.replay(record)
+        if not by_group:
+            del self.pending[producer_id]
+
+    def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """The group's partitions with a transactional commit not yet committed or aborted."""
+        return {
+            (r.key.topic, r.key.partition) for by_group in self.pending.values() for r in by_group.get(group_id, ())
+        }
+
+    def unload(self, index: int) -> None:
+        for producer_id, by_group in list(self.pending.items()):
+            for group_id in [g for g in by_group if self.coordinator.partition_for(g) == index]:
+                del by_group[group_id]
+            if not by_group:
+                del self.pending[producer_id]
 
     def tombstones(self, group_id: str, partitions) -> list[tuple[bytes, None]]:
         """Tombstones for ``partitions`` of the group's offsets (None: all of them)."""

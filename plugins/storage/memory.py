@@ -21,6 +21,7 @@ from brokkr.core.log import (
 )
 from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.records import iter_batches_untrusted
+from brokkr.core.txn_index import AbortedTxnList
 
 
 class _Segment:
@@ -36,8 +37,9 @@ class _Segment:
         self.created = time.monotonic()
 
 
-class MemoryLog:
-    """One partition held in memory (satisfies :class:`brokkr.core.log.PartitionLog`)."""
+class MemoryLog(AbortedTxnList):
+    """One partition held in memory (satisfies :class:`brokkr.core.log.PartitionLog`,
+    aborted transactions included: :class:`~brokkr.core.txn_index.AbortedTxnList`)."""
 
     def __init__(self, config, codecs):
         self.config = config
@@ -46,6 +48,7 @@ class MemoryLog:
         self._start = 0
         self._end = 0
         self._snapshots: list[tuple[int, bytes]] = []  # the two newest producer snapshots, oldest first
+        super().__init__()
 
     @property
     def log_start_offset(self) -> int:
@@ -131,6 +134,7 @@ class MemoryLog:
         self._start = offset
         while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
             del self._segments[0]
+        self.drop_aborted_txns_before(offset)
 
     def truncate_to(self, offset: int) -> None:
         if offset >= self._end:
@@ -147,6 +151,7 @@ class MemoryLog:
         self._end = offset
         self._start = min(self._start, offset)
         self._snapshots = [s for s in self._snapshots if s[0] <= offset]
+        self.truncate_aborted_txns(offset)
 
     def write_producer_snapshot(self, offset: int, data: bytes) -> None:
         kept = [s for s in self._snapshots if s[0] != offset]
@@ -162,6 +167,7 @@ class MemoryLog:
         self._segments = [_Segment(self._end)]
         self._start = self._end
         self._snapshots = []
+        self.entries = []
 
 
 class MemoryStorage:

@@ -203,12 +203,12 @@ def kp_rec(msg: Any) -> Rec:
 
 
 def kp_consume(
-    bootstrap: str, topic: str, count: int, partition: int = 0, timeout: float = DEFAULT_TIMEOUT
+    bootstrap: str, topic: str, count: int, partition: int = 0, timeout: float = DEFAULT_TIMEOUT, **extra: Any
 ) -> list[Rec]:
     """Read ``count`` records of one partition from the beginning with kafka-python."""
     from kafka import TopicPartition as KTP
 
-    consumer = kp_consumer(bootstrap)
+    consumer = kp_consumer(bootstrap, **extra)
     try:
         tp = KTP(topic, partition)
         consumer.assign([tp])
@@ -231,12 +231,12 @@ _aio_rec = kp_rec  # aiokafka's ConsumerRecord has kafka-python's attributes
 
 
 async def aio_consume_async(
-    bootstrap: str, topic: str, count: int, partition: int = 0, timeout: float = DEFAULT_TIMEOUT
+    bootstrap: str, topic: str, count: int, partition: int = 0, timeout: float = DEFAULT_TIMEOUT, **extra: Any
 ) -> list[Rec]:
     from aiokafka import AIOKafkaConsumer
     from aiokafka import TopicPartition as ATP
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **extra)
     await asyncio.wait_for(consumer.start(), timeout)
     try:
         tp = ATP(topic, partition)
@@ -253,9 +253,12 @@ async def aio_consume_async(
         await asyncio.wait_for(consumer.stop(), timeout)
 
 
-def aio_consume(bootstrap: str, topic: str, count: int, partition: int = 0, timeout: float = DEFAULT_TIMEOUT):
+def aio_consume(
+    bootstrap: str, topic: str, count: int, partition: int = 0, timeout: float = DEFAULT_TIMEOUT, **extra: Any
+):
     """Read ``count`` records of one partition from the beginning with aiokafka."""
-    return asyncio.run(asyncio.wait_for(aio_consume_async(bootstrap, topic, count, partition, timeout), timeout + 10))
+    consume = aio_consume_async(bootstrap, topic, count, partition, timeout, **extra)
+    return asyncio.run(asyncio.wait_for(consume, timeout + 10))
 
 
 # -- what tests produce ----------------------------------------------------------------

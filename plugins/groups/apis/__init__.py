@@ -15,6 +15,7 @@ MODULES = (
     "leave_group",
     "offset_commit",
     "offset_fetch",
+    "txn_offset_commit",
     "offset_delete",
     "list_groups",
     "describe_groups",

@@ -6,10 +6,10 @@ A group needs DESCRIBE on it (else GROUP_AUTHORIZATION_FAILED); its coordinator 
 leader of its ``__consumer_offsets`` partition, this node. While that topic does not exist,
 the lookup creates it and answers COORDINATOR_NOT_AVAILABLE (the client retries). On a cluster,
 the coordinator is that partition's leader, wherever it is. A transactional id needs
-DESCRIBE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); brokkr hosts no transaction
-coordinator, so there is no ``__transaction_state`` leader and the answer is
-COORDINATOR_NOT_AVAILABLE, as Kafka answers while that topic does not exist. Other key
-types (share groups, KIP-932) answer INVALID_REQUEST.
+DESCRIBE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); its coordinator is the leader
+of its ``__transaction_state`` partition, found the same way through the transaction
+coordinator (:mod:`brokkr.plugins.transactions`; with that plugin blocked the answer is
+COORDINATOR_NOT_AVAILABLE). Other key types (share groups, KIP-932) answer INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from brokkr.core.listeners import advertised_listener
 from brokkr.core.protocol.frames import response_spec
 
 from .. import coordinator_of
-from ..coordinator import OFFSETS_TOPIC
 
 KEY = 10
 GROUP, TRANSACTION = 0, 1
@@ -40,28 +39,37 @@ def _answers(broker, ctx, key_type: int, keys: list[str]) -> list:
         else (ResourceType.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     )
     allowed = broker.authorize(ctx, [Action(AclOperation.DESCRIBE, resource, key) for key in keys])
-    missing = key_type == GROUP and any(allowed) and OFFSETS_TOPIC not in broker.topics
-    coordinator = coordinator_of(broker)
-    if missing:
-        coordinator.create_offsets_topic()
+    coordinator = coordinator_of(broker) if key_type == GROUP else _transaction_coordinator(broker)
+    missing = coordinator is None or (any(allowed) and coordinator.topic not in broker.topics)
+    if missing and coordinator is not None:
+        coordinator.create_topic()
     answers = []
     for key, ok in zip(keys, allowed, strict=True):
         if not ok:
             answers.append(_failed(key, denied))
-        elif key_type == TRANSACTION or missing:
+        elif missing:
             answers.append(_failed(key, ErrorCode.COORDINATOR_NOT_AVAILABLE))
         else:
-            answers.append(_leader_of(broker, ctx, key, coordinator.partition_for(key)))
+            answers.append(_leader_of(broker, ctx, key, coordinator.topic, coordinator.partition_for(key)))
     return answers
 
 
-def _leader_of(broker, ctx, key: str, index: int) -> Coordinator:
-    """The leader of the group's ``__consumer_offsets`` partition, as the client reaches it."""
+def _transaction_coordinator(broker):
+    """The transaction coordinator, or None when its plugin is blocked."""
+    try:
+        from brokkr.plugins.transactions import transaction_coordinator_of
+    except ImportError:
+        return None
+    return transaction_coordinator_of(broker)
+
+
+def _leader_of(broker, ctx, key: str, topic: str, index: int) -> Coordinator:
+    """The leader of the key's internal topic partition, as the client reaches it."""
     if broker.replicas is None:
         listener = advertised_listener(broker.listeners, broker.config, ctx.listener)
         return Coordinator(key=key, node_id=broker.node_id, host=listener.host, port=listener.port, error_code=0)
     membership = broker.replicas.membership
-    state = membership.partition_state(OFFSETS_TOPIC, index)
+    state = membership.partition_state(topic, index)
     leader = membership.brokers().get(state.leader) if state is not None else None
     if leader is None:
         return _failed(key, ErrorCode.COORDINATOR_NOT_AVAILABLE)

@@ -32,25 +32,8 @@ async def handle(broker, ctx, request):
     error = coordinator.check_coordinator(request.group_id)
     if error:
         return error_response(request, error)
-    allowed = broker.authorize_topics(ctx, AclOperation.READ, [t.name for t in request.topics])
-    now = int(time.time() * 1000)
     retention = getattr(request, "retention_time_ms", -1)
-    errors: dict[tuple[str, int], ErrorCode] = {}
-    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
-    for t in request.topics:
-        topic = broker.topics.get(t.name)
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            metadata = p.committed_metadata or ""
-            if not allowed[t.name]:
-                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif topic is None or not 0 <= p.partition_index < len(topic.partitions):
-                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif len(metadata.encode()) > coordinator.offsets.max_metadata_bytes:
-                errors[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                expire = now + retention if retention is not None and retention >= 0 else None
-                offsets[tp] = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch, metadata, now, expire)
+    errors, offsets = offsets_to_commit(broker, ctx, coordinator, request.topics, retention)
     error = coordinator.offsets.validate_commit(
         request.group_id,
         request.generation_id_or_member_epoch,
@@ -62,6 +45,33 @@ async def handle(broker, ctx, request):
         error = await coordinator.offsets.commit(request.group_id, request.member_id, offsets)
     errors.update(dict.fromkeys(offsets, error))
     return _response(request, lambda t, p: errors[(t, p)])
+
+
+def offsets_to_commit(
+    broker, ctx, coordinator, topics, retention_ms: int | None = -1
+) -> tuple[dict[tuple[str, int], ErrorCode], dict[tuple[str, int], OffsetAndMetadata]]:
+    """The offsets a commit request may write and the errors of the partitions it may not
+    (READ on each topic, a known partition, metadata within ``offset.metadata.max.bytes``)."""
+    allowed = broker.authorize_topics(ctx, AclOperation.READ, [t.name for t in topics])
+    now = int(time.time() * 1000)
+    expire = now + retention_ms if retention_ms is not None and retention_ms >= 0 else None
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    for t in topics:
+        topic = broker.topics.get(t.name)
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            metadata = p.committed_metadata or ""
+            if not allowed[t.name]:
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif topic is None or not 0 <= p.partition_index < len(topic.partitions):
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif len(metadata.encode()) > coordinator.offsets.max_metadata_bytes:
+                errors[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                leader_epoch = getattr(p, "committed_leader_epoch", -1)
+                offsets[tp] = OffsetAndMetadata(p.committed_offset, leader_epoch, metadata, now, expire)
+    return errors, offsets
 
 
 def _response(request, error_of) -> OffsetCommitResponse:

@@ -10,9 +10,9 @@ from brokkr.core.authorization import AclOperation
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import response_spec
 
+from ...coordinator_partitions import write_error
 from .. import coordinator_of
 from ..classic import CONSUMER_PROTOCOL_TYPE, ClassicGroup, ClassicState
-from ..errors import write_error
 from . import group_allowed
 
 KEY = 47

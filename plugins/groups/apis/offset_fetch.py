@@ -1,7 +1,9 @@
 """OffsetFetch (key 9), versions 1-9: a group's committed offsets (several groups per
 request from v8; all of a group's offsets when no topics are named, v2+). A partition
 without a committed offset answers -1. Needs DESCRIBE on the group (as Kafka checks it)
-and on each topic; unauthorized topics are left out of an all-topics answer."""
+and on each topic; unauthorized topics are left out of an all-topics answer. With
+``require_stable`` (v7+), a partition with a transactional offset commit not yet
+committed or aborted answers UNSTABLE_OFFSET_COMMIT (the consumer retries), as Kafka does."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ Topic, Partition = _R.struct("OffsetFetchResponseTopics"), _R.struct("OffsetFetc
 
 
 def _group_offsets(
-    broker, ctx, group_id: str, topics, member_id: str | None = None, member_epoch: int = -1
+    broker, ctx, group_id: str, topics, member_id: str | None = None, member_epoch: int = -1, stable: bool = False
 ) -> tuple[ErrorCode, dict[str, list[tuple]]]:
     """(group error, {topic: [(partition, offset, leader epoch, metadata, error)]}); ``topics``
     is [(name, [partition])] or None for all."""
@@ -43,6 +45,7 @@ def _group_offsets(
         if member_epoch != member.member_epoch:
             return ErrorCode.STALE_MEMBER_EPOCH, {}
     committed = coordinator.offsets.get(group_id)
+    unstable = coordinator.offsets.pending_partitions(group_id) if stable else set()
     if topics is None:
         wanted: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
@@ -61,6 +64,8 @@ def _group_offsets(
             o = committed.get((topic, p))
             if not allowed[topic]:
                 rows.append((p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            elif (topic, p) in unstable:
+                rows.append((p, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT))
             elif o is None:
                 rows.append((p, -1, -1, "", ErrorCode.NONE))
             else:
@@ -75,7 +80,9 @@ async def handle(broker, ctx, request):
         groups = []
         for g in request.groups:
             topics = None if g.topics is None else [(t.name, t.partition_indexes) for t in g.topics]
-            error, found = _group_offsets(broker, ctx, g.group_id, topics, g.member_id, g.member_epoch)
+            error, found = _group_offsets(
+                broker, ctx, g.group_id, topics, g.member_id, g.member_epoch, request.require_stable
+            )
             groups.append(
                 Group(
                     group_id=g.group_id,
@@ -88,7 +95,7 @@ async def handle(broker, ctx, request):
             )
         return OffsetFetchResponse(groups=groups)
     topics = None if request.topics is None else [(t.name, t.partition_indexes) for t in request.topics]
-    error, found = _group_offsets(broker, ctx, request.group_id, topics)
+    error, found = _group_offsets(broker, ctx, request.group_id, topics, stable=version >= 7 and request.require_stable)
     if error and version < 2:  # no group-level error field: each partition carries it
         found = {t: [(p, -1, -1, "", error) for p in ps] for t, ps in (topics or [])}
     return OffsetFetchResponse(

@@ -45,6 +45,13 @@ Options (case-insensitive):
 ``maxDecompressedBytes``
     The most one batch may decompress to (default 100 MiB, Kafka's
     ``socket.request.max.bytes``): files are untrusted.
+``kafka.isolation.level``
+    ``read_committed`` (the default) or ``read_uncommitted``: the name and values of the
+    Kafka consumer setting that Spark's own Kafka source passes through with its
+    ``kafka.`` prefix. read_committed reads each partition up to its last stable offset
+    and drops the records of aborted transactions, as a read_committed consumer does
+    (:mod:`brokkr.plugins.sinks.spark.committed`: from the ``.txnindex`` files, the newest
+    producer snapshot and the batch headers after it); read_uncommitted reads everything.
 
 One input partition per segment, or per byte range of a large one, so executors decode
 in parallel. The input partitions are fixed when the DataFrame is made (``load()``): each
@@ -54,9 +61,7 @@ batch at the end of a log is never read. The schema is fixed: a schema given wit
 ``.schema(...)`` must be this one.
 Every codec is decoded by brokkr's codec plugins (``brokkr_codecs``, collected once per
 Python worker as a broker collects them). Control batches (transaction markers) are
-skipped. Records of aborted transactions are *not* filtered out (that needs the
-transaction index, ``.txnindex``, which brokkr does not write): this source reads like a
-``read_uncommitted`` consumer. CRCs are checked: a corrupt batch fails the read, except at
+skipped. CRCs are checked: a corrupt batch fails the read, except at
 the very end of a partition's last segment, where (as Kafka's recovery) reading stops.
 
 Rows leave the reader as Arrow record batches (``read`` yields ``pyarrow.RecordBatch``),
@@ -83,6 +88,7 @@ from brokkr.core.protocol.records import (
     _record_at,
     crc_ok,
 )
+from brokkr.core.txn_index import AbortedTxn, by_producer, is_aborted
 from brokkr.plugins.storage.segment.files import INDEX_SUFFIX, parse_partition_dir
 from brokkr.plugins.storage.segment.segment import scan_batches
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -97,6 +103,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from . import committed
 
 NAME = "brokkr"
 SCHEMA = StructType(
@@ -144,6 +152,9 @@ class SegmentSplit(InputPartition):
     tail: bool  # the end of the partition's last segment: a torn or corrupt end stops the read
     starting_offset: int | None = None
     ending_offset: int | None = None
+    #: read_committed: (producer id, first offset, marker offset) of the aborted
+    #: transactions that overlap the segment.
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 # -- planning (driver) ---------------------------------------------------------------------
@@ -156,8 +167,10 @@ def plan_splits(
     starting_offset: int | None = None,
     ending_offset: int | None = None,
     max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION,
+    read_committed: bool = True,
 ) -> list[SegmentSplit]:
-    """The input partitions for ``path`` (a log dir, a partition dir or a ``.log`` file)."""
+    """The input partitions for ``path`` (a log dir, a partition dir or a ``.log`` file);
+    read_committed: each partition's up to its last stable offset."""
     root = Path(path)
     if root.is_file():
         if not _SEGMENT.fullmatch(root.name):
@@ -181,14 +194,26 @@ def plan_splits(
         if topics is not None and topic not in topics:
             continue
         segments = sorted((int(m[1]), directory / m[0]) for m in map(_SEGMENT.match, os.listdir(directory)) if m)
+        ending, aborted = ending_offset, {}
+        if read_committed:
+            aborted = committed.aborted_transactions(directory)
+            stable = committed.last_stable_offset(directory, segments)
+            if stable is not None:
+                ending = stable if ending is None else min(ending, stable)
         for i, (base, log) in enumerate(segments):
             next_base = segments[i + 1][0] if i + 1 < len(segments) else None
             if only is not None and log != only:
                 continue
-            if ending_offset is not None and base >= ending_offset:
+            if ending is not None and base >= ending:
                 continue
             if starting_offset is not None and next_base is not None and next_base <= starting_offset:
                 continue
+            overlapping = tuple(
+                (pid, first, last)
+                for pid, txns in aborted.items()
+                for first, last in txns
+                if last >= base and (next_base is None or first < next_base)
+            )
             splits.extend(
                 _segment_splits(
                     log,
@@ -197,8 +222,9 @@ def plan_splits(
                     base,
                     last=next_base is None,
                     starting_offset=starting_offset,
-                    ending_offset=ending_offset,
+                    ending_offset=ending,
                     max_bytes=max_bytes_per_partition,
+                    aborted=overlapping,
                 )
             )
     return splits
@@ -214,6 +240,7 @@ def _segment_splits(
     starting_offset: int | None,
     ending_offset: int | None,
     max_bytes: int,
+    aborted: tuple = (),
 ) -> list[SegmentSplit]:
     size = log.stat().st_size
     if size == 0:
@@ -245,6 +272,7 @@ def _segment_splits(
             tail=last and hi == size,
             starting_offset=starting_offset,
             ending_offset=ending_offset,
+            aborted=aborted,
         )
         for lo, hi in zip(bounds, bounds[1:])
     ]
@@ -317,10 +345,13 @@ def read_split(
     columns = _Columns(split.topic, split.partition, schema)
     lo = split.starting_offset if split.starting_offset is not None else -1
     hi = split.ending_offset if split.ending_offset is not None else 2**63
+    aborted = by_producer(AbortedTxn(pid, first, last, -1) for pid, first, last in split.aborted)
     for h, buf in _batches(split):
         if h.base_offset >= hi:
             break
         if h.is_control or h.last_offset < lo:
+            continue
+        if aborted and h.is_transactional and is_aborted(aborted, h.producer_id, h.base_offset):
             continue
         if not crc_ok(buf, h):
             if split.tail:
@@ -476,6 +507,10 @@ class BrokkrReader(DataSourceReader):
         self.ending_offset = _int_option(options, "endingoffset")
         self.max_bytes = _int_option(options, "maxbytesperpartition") or DEFAULT_MAX_BYTES_PER_PARTITION
         self.max_decompressed = _int_option(options, "maxdecompressedbytes") or DEFAULT_MAX_DECOMPRESSED
+        isolation = options.get("kafka.isolation.level", "read_committed").strip().lower()
+        if isolation not in ("read_committed", "read_uncommitted"):
+            raise ValueError(f"option kafka.isolation.level: {isolation!r} is not read_committed or read_uncommitted")
+        self.read_committed = isolation == "read_committed"
         if self.max_bytes <= 0 or self.max_decompressed <= 0:
             raise ValueError("maxBytesPerPartition and maxDecompressedBytes must be positive")
         self.schema = schema
@@ -487,6 +522,7 @@ class BrokkrReader(DataSourceReader):
             starting_offset=self.starting_offset,
             ending_offset=self.ending_offset,
             max_bytes_per_partition=self.max_bytes,
+            read_committed=self.read_committed,
         )
         return splits or [InputPartition(None)]  # Spark needs one partition, even an empty one
 

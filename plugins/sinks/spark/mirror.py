@@ -171,11 +171,17 @@ def scan_log_dir(log_dir: str | Path, topics: Iterable[str] = ()) -> dict[tuple[
 
 def log_ranges(log_dir: str | Path, topics: Iterable[str] = ()) -> dict[tuple[str, int], list[Range]]:
     """Every segment of a (stopped or running) broker's log dir, as ranges: a closed
-    segment ends where the next begins; the last one at its last batch."""
+    segment ends where the next begins; the last one at its last batch; none past the
+    partition's last stable offset (no record of an open transaction is mirrored)."""
+    from brokkr.plugins.sinks.spark import committed
+
     out = {}
     for (topic, partition), logs in scan_log_dir(log_dir, topics).items():
         bases = [int(p.name.split(".")[0]) for p in logs]
         ends = [*bases[1:], log_end_offset(logs[-1])]
+        stable = committed.last_stable_offset(logs[0].parent, list(zip(bases, logs)))
+        if stable is not None:
+            ends = [max(min(end, stable), base) for base, end in zip(bases, ends)]
         out[(topic, partition)] = [
             Range(topic, partition, b, e, str(p), p.stat().st_size) for b, e, p in zip(bases, ends, logs)
         ]
@@ -341,8 +347,10 @@ def backfill(
 
 def follow(mirror: Mirror, work_file: Path, poll_s: float, active_interval_s: float, stop: Callable[[], bool]) -> None:
     """Mirror what the broker's work file lists until ``stop()``: closed segments as soon
-    as they are listed, the active segment up to the high watermark every
-    ``active_interval_s``."""
+    as they are listed, the active segment every ``active_interval_s``; both only up to
+    the broker's last stable offset (the work file's ``high_watermark``), so no record of an
+    open transaction is mirrored, and those of aborted ones are dropped by the data
+    source's read_committed default."""
     last_active: dict[tuple[str, int], float] = {}
     while not stop():
         try:
@@ -351,16 +359,17 @@ def follow(mirror: Mirror, work_file: Path, poll_s: float, active_interval_s: fl
             work = {"partitions": []}
         for p in work["partitions"]:
             topic, partition = p["topic"], p["partition"]
+            hw = p["high_watermark"]  # the broker's last stable offset: never mirror past it
             for base, end, path in p["closed"]:
                 if stop():
                     return
-                mirror.mirror(Range(topic, partition, base, end, path))
+                if min(end, hw) > base:
+                    mirror.mirror(Range(topic, partition, base, min(end, hw), path))
             active = p.get("active")
             now = time.monotonic()
             if active and now - last_active.get((topic, partition), 0.0) >= active_interval_s:
                 last_active[(topic, partition)] = now
                 base, path = active
-                hw = p["high_watermark"]
                 if hw > base and not stop():
                     mirror.mirror(Range(topic, partition, base, hw, path))
         deadline = time.monotonic() + poll_s

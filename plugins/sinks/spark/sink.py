@@ -111,9 +111,12 @@ class SparkSink:
 
     @hookimpl
     def brokkr_high_watermark_advanced(self, partition: Partition, new: int) -> None:
+        # The mirror copies what a read_committed consumer may read: the last stable offset
+        # (the high watermark, or below it the start of the oldest open transaction). It
+        # moves only with the high watermark, so this is where it is taken.
         if self.wants(partition):
             self.track(partition)
-            self.progress.high_watermark(partition.topic.name, partition.index, new)
+            self.progress.high_watermark(partition.topic.name, partition.index, partition.last_stable_offset)
 
     @hookimpl
     def brokkr_sink_mirrored_offset(self, partition: Partition) -> int | None:
@@ -171,7 +174,7 @@ class SparkSink:
         key = (partition.topic.name, partition.index)
         if self.partitions.get(key) is not partition:  # new, or its topic was deleted and created again
             self.partitions[key] = partition
-            self.progress.seed(*key, partition.log.segments(), partition.high_watermark)
+            self.progress.seed(*key, partition.log.segments(), partition.last_stable_offset)
 
     # -- the loop's side: only recording, and a tick every poll.ms ------------------------
 

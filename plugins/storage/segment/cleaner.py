@@ -12,8 +12,12 @@ and the active segment are never cleaned. The work runs on ``log.cleaner.threads
    rewritten into ``<base>.log.cleaned`` keeping a record when no later offset of its key
    is in the map; tombstones are kept until their segment is older than
    ``delete.retention.ms``; the batch carrying each producer's last sequence is kept
-   (emptied if need be) so idempotent producer state survives; control and transactional
-   batches are kept as they are (brokkr has no transactions yet);
+   (emptied if need be) so idempotent producer state survives. Transactions (Kafka's
+   CleanedTransactionMetadata): the records of aborted transactions go (and never enter
+   the key map), committed ones are compacted like any record; a COMMIT or ABORT marker
+   goes once no record of its transaction is left and its segment is older than
+   ``delete.retention.ms`` (with its ``.txnindex`` entry), unless it is its producer's
+   last batch. Nothing at or past the last stable offset is cleaned;
 3. the cleaned files are fsynced and renamed to ``.swap``; the event loop then swaps the
    segment objects in one list assignment, deletes the old segments and renames ``.swap``
    to the final names. Recovery completes a swap it finds (as Kafka's LogLoader does)
@@ -44,9 +48,18 @@ from brokkr.core.protocol.records import (
     BatchHeader,
     _record_at,
 )
+from brokkr.core.txn_index import AbortedByProducer, by_producer, is_aborted
 from crc32c import crc32c
 
-from .files import LOG_SUFFIX, fsync_path, segment_file
+from .files import (
+    INDEX_SUFFIX,
+    INDEX_SUFFIXES,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    fsync_path,
+    segment_file,
+)
 from .segment import LogSegment, scan_batches
 
 log = logging.getLogger("brokkr.storage.cleaner")
@@ -97,11 +110,13 @@ class Cleaning:
 
 def cleanable_end(plog, now_ms: int) -> int:
     """Offsets below this may be cleaned: not the active segment, not a segment holding
-    a record younger than min.compaction.lag.ms (Kafka's firstUncleanableDirtyOffset)."""
+    a record younger than min.compaction.lag.ms or reaching the last stable offset (Kafka's
+    firstUncleanableDirtyOffset)."""
     lag = plog.config["min.compaction.lag.ms"]
     end = plog._segments[-1].base_offset
+    stable = plog.last_stable_offset
     for seg in plog._segments[:-1]:
-        if lag > 0 and seg.max_timestamp > now_ms - lag:
+        if (lag > 0 and seg.max_timestamp > now_ms - lag) or (stable is not None and seg.next_offset > stable):
             return seg.base_offset
     return end
 
@@ -150,9 +165,11 @@ def _walk(h: BatchHeader, payload: memoryview):
         yield off_delta, ts_delta, k, value is None, payload[start:pos]
 
 
-def build_map(plog, codecs, first_dirty: int, end: int, settings: CleanerSettings, throttle) -> tuple[dict, int]:
-    """Key id -> last offset over [first_dirty, end); stops at a segment boundary once the
-    map is full and returns the offset it reached."""
+def build_map(
+    plog, codecs, first_dirty: int, end: int, settings: CleanerSettings, throttle, aborted: AbortedByProducer
+) -> tuple[dict, int]:
+    """Key id -> last offset over [first_dirty, end), records of aborted transactions left
+    out; stops at a segment boundary once the map is full and returns the offset it reached."""
     offsets: dict[bytes, int] = {}
     slots = settings.map_slots
     reached = first_dirty
@@ -162,6 +179,8 @@ def build_map(plog, codecs, first_dirty: int, end: int, settings: CleanerSetting
         seg_keys: dict[bytes, int] = {}
         for h, _, payload in _records(seg, codecs, settings.io_buffer_size, throttle):
             if h.is_control or h.last_offset < first_dirty:
+                continue
+            if h.is_transactional and is_aborted(aborted, h.producer_id, h.base_offset):
                 continue
             for off_delta, _, key, _, _ in _walk(h, payload):
                 if key is not None:
@@ -240,26 +259,38 @@ def clean(plog, codecs, first_dirty: int, now_ms: int, settings: CleanerSettings
     throttle = Throttler(settings.io_max_bytes_per_second)
     end = cleanable_end(plog, now_ms)
     first_dirty = max(first_dirty, plog.log_start_offset)
-    offsets, reached = build_map(plog, codecs, first_dirty, end, settings, throttle)
+    aborted = by_producer(plog.aborted_txns(plog.log_start_offset, end))
+    offsets, reached = build_map(plog, codecs, first_dirty, end, settings, throttle, aborted)
     if reached <= first_dirty:
         return None
     keep_batches = producer_last_batches(plog, settings.io_buffer_size or 65536)
     delete_horizon = now_ms - plog.config["delete.retention.ms"]
     segs = [s for s in plog._segments[:-1] if s.base_offset < reached]
     result = Cleaning(first_dirty=reached)
+    txn_data_kept: dict[int, bool] = {}  # per producer: whether its transaction's records remain
     for group in _groups(segs, plog.config["segment.bytes"], plog.config["segment.index.bytes"]):
         base = group[0].base_offset
         cleaned = LogSegment(
             plog.dir, base, plog.config["index.interval.bytes"], plog.config["segment.index.bytes"], suffix=CLEANED
         )
         cleaned.make_active()
+        dropped_markers: set[int] = set()
         for seg in group:
-            # Kafka: tombstones in a segment last modified before the horizon go.
+            # Kafka: tombstones and transaction markers in a segment last modified before
+            # the horizon go (a marker only once no record of its transaction is left).
             drop_tombstones = os.fstat(seg.fd).st_mtime * 1000 < delete_horizon
             for h, buf, payload in _records(seg, codecs, settings.io_buffer_size, throttle):
                 result.read += h.size
-                if h.is_control or h.is_transactional:
-                    out = bytes(buf[h.position : h.end])
+                if h.is_control:
+                    has_data = txn_data_kept.pop(h.producer_id, False)
+                    if has_data or not drop_tombstones or h.base_offset in keep_batches:
+                        out = bytes(buf[h.position : h.end])
+                    else:
+                        dropped_markers.add(h.base_offset)
+                        continue
+                elif h.is_transactional and is_aborted(aborted, h.producer_id, h.base_offset):
+                    txn_data_kept.setdefault(h.producer_id, False)
+                    continue  # an aborted transaction's records go
                 else:
                     kept = []
                     for off_delta, _, key, tombstone, raw in _walk(h, payload):
@@ -275,13 +306,19 @@ def clean(plog, codecs, first_dirty: int, now_ms: int, settings: CleanerSettings
                         out = _rewrite_batch(h, kept, codecs)
                     else:
                         continue
+                    if h.is_transactional:
+                        txn_data_kept[h.producer_id] = True
                 cleaned.append(out)
                 result.written += len(out)
                 throttle.tick(len(out))
+            for txn in seg.txn_index.entries:  # an entry stays as long as its marker
+                if txn.last_offset not in dropped_markers:
+                    cleaned.txn_index.append(txn)
         cleaned.seal()
         os.fsync(cleaned.fd)
         fsync_path(cleaned.offset_index.path)
         fsync_path(cleaned.time_index.path)
+        cleaned.txn_index.sync()
         cleaned.close()
         for path in cleaned.paths():
             os.replace(path, path.with_name(path.name[: -len(CLEANED)] + SWAP))
@@ -311,11 +348,14 @@ def complete_swaps(directory) -> None:
             continue  # not a whole cleaned segment: removed with the leftovers, the old segments stay
         for old in directory.glob(f"*{LOG_SUFFIX}"):
             if old.stem.isdigit() and base <= int(old.stem) < end:
-                for path in (old, old.with_suffix(".index"), old.with_suffix(".timeindex")):
+                for path in (old, *(old.with_suffix(suffix) for suffix in INDEX_SUFFIXES)):
                     path.unlink(missing_ok=True)
-        for suffix in (".index", ".timeindex"):
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             path = segment_file(directory, base, suffix + SWAP)
             path.unlink(missing_ok=True)  # rebuilt on load
+        txn_swap = segment_file(directory, base, TXN_INDEX_SUFFIX + SWAP)
+        if txn_swap.exists():  # not rebuilt from the segment alone: keep it
+            os.replace(txn_swap, segment_file(directory, base, TXN_INDEX_SUFFIX))
         log.warning("completing the swap of %s", swap)
         os.replace(swap, segment_file(directory, base, LOG_SUFFIX))
 

@@ -37,8 +37,9 @@ from brokkr.core.protocol.records import (
     decode_records,
     iter_batches_untrusted,
 )
+from brokkr.core.txn_index import TXN_INDEX_VERSION, decode_entries_untrusted
 
-from .files import INDEX_SUFFIX, LOG_SUFFIX, PRODUCER_SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX
+from .files import INDEX_SUFFIX, LOG_SUFFIX, PRODUCER_SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from .index import OffsetIndex, TimeIndex
 
 if TYPE_CHECKING:
@@ -134,6 +135,8 @@ def dump_file(path: Path, out: TextIO, *, print_data: bool = True, codecs: dict[
             return dump_index(path, out, TIME_INDEX)
         if path.suffix == PRODUCER_SNAPSHOT_SUFFIX:
             return dump_producer_snapshot(path, out)
+        if path.suffix == TXN_INDEX_SUFFIX:
+            return dump_txn_index(path, out)
         return dump_other(path, out)
     except BrokenPipeError:  # the reader of ``out`` went away: not a problem of this file
         raise
@@ -516,13 +519,31 @@ def dump_producer_snapshot(path: Path, out: TextIO) -> Problems:
     return problems
 
 
+def dump_txn_index(path: Path, out: TextIO) -> Problems:
+    """A ``.txnindex``: one line per aborted transaction, as Kafka prints them."""
+    problems = Problems()
+    try:
+        entries = decode_entries_untrusted(path.read_bytes())
+    except CorruptRequest as exc:
+        problems.add(str(exc))
+        return problems
+    for t in entries:
+        print(
+            f"version: {TXN_INDEX_VERSION} producerId: {t.producer_id} firstOffset: {t.first_offset} "
+            f"lastOffset: {t.last_offset} lastStableOffset: {t.last_stable_offset}",
+            file=out,
+        )
+    return problems
+
+
 def dump_other(path: Path, out: TextIO) -> Problems:
     """Text files (checkpoints, partition.metadata) as they are."""
     size = path.stat().st_size
     with open(path, "rb") as f:
         data = f.read(TEXT_LIMIT)
     if b"\0" in data:
-        print(f"Not a text file ({size} bytes); only .log, .index and .timeindex files are decoded", file=out)
+        decoded = ".log, .index, .timeindex, .txnindex and .snapshot"
+        print(f"Not a text file ({size} bytes); only {decoded} files are decoded", file=out)
         return Problems()
     text = data.decode("utf-8", "replace")
     out.write(text if text.endswith("\n") or not text else text + "\n")

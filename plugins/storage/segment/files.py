@@ -40,6 +40,9 @@ from brokkr.core.log import StoredTopic
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+#: The files beside a segment's ``.log``, which go with it.
+INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 PRODUCER_SNAPSHOT_SUFFIX = ".snapshot"
 #: Left behind by a crash in the middle of a deletion, a compaction or a file swap.
 LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")

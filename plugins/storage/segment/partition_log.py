@@ -26,6 +26,7 @@ from pathlib import Path
 
 from brokkr.core.config import LONG_MAX, TopicConfig
 from brokkr.core.log import AppendInfo, OffsetOutOfRange, SegmentInfo, TimestampOffset
+from brokkr.core.txn_index import AbortedTxn, search
 
 from . import cleaner, files
 from .segment import LogSegment
@@ -47,6 +48,10 @@ class SegmentLog:
     writes it to that checkpoint, Kafka's record of it across restarts."""
 
     high_watermark: int | None = None
+    #: The partition's last stable offset as the broker last set it: the cleaner compacts
+    #: nothing at or past it (Kafka's firstUncleanableDirtyOffset), so records of open
+    #: transactions are neither removed nor used to remove others.
+    last_stable_offset: int | None = None
 
     def __init__(
         self,
@@ -116,7 +121,7 @@ class SegmentLog:
         whose log is gone."""
         logs = {p.stem for p in self.dir.glob(f"*{files.LOG_SUFFIX}")}
         for path in self.dir.iterdir():
-            orphan = path.suffix in (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX) and path.stem not in logs
+            orphan = path.suffix in files.INDEX_SUFFIXES and path.stem not in logs
             if path.suffix in files.LEFTOVER_SUFFIXES or orphan:
                 log.warning("removing leftover file %s", path)
                 path.unlink()
@@ -276,16 +281,18 @@ class SegmentLog:
         current = {id(s) for s in self._segments}
         if self.deleted or any(id(s) not in current for group in cleaning.replaced for s in group):
             for base in cleaning.bases:
-                for suffix in (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX):
+                for suffix in (files.LOG_SUFFIX, *files.INDEX_SUFFIXES):
                     files.segment_file(self.dir, base, suffix + cleaner.SWAP).unlink(missing_ok=True)
             return False
         segments = list(self._segments)
         for group, base in zip(cleaning.replaced, cleaning.bases):
             for seg in group:
                 seg.delete()
-            for suffix in (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX):
+            for suffix in (files.LOG_SUFFIX, *files.INDEX_SUFFIXES):
                 final = files.segment_file(self.dir, base, suffix)
-                os.replace(final.with_name(final.name + cleaner.SWAP), final)
+                swapped = final.with_name(final.name + cleaner.SWAP)
+                if suffix != files.TXN_INDEX_SUFFIX or swapped.exists():  # a .txnindex only with entries
+                    os.replace(swapped, final)
             new = self._segment(base)
             new.load(recover=False)
             i = segments.index(group[0])
@@ -321,6 +328,29 @@ class SegmentLog:
         self._epochs = [(e, s) for e, s in self._epochs if s < offset]
         files.write_leader_epochs(self._epochs_path, self._epochs)
         self._delete_snapshots_above(offset)
+
+    # -- aborted transactions (optional in the PartitionLog contract) ---------------------
+
+    def _segment_of(self, offset: int) -> int:
+        return max(bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1, 0)
+
+    def append_aborted_txn(self, txn: AbortedTxn) -> None:
+        """Index an aborted transaction in the segment holding its marker."""
+        self._segments[self._segment_of(txn.last_offset)].txn_index.append(txn)
+
+    def aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Kafka's ``collectAbortedTxns``: from the segment holding ``fetch_offset`` on,
+        until an entry's last stable offset reaches ``upper_bound``."""
+        out: list[AbortedTxn] = []
+        for seg in self._segments[self._segment_of(fetch_offset) :]:
+            if search(seg.txn_index.entries, fetch_offset, upper_bound, out):
+                break
+        return out
+
+    def truncate_aborted_txns(self, offset: int) -> None:
+        for seg, end in zip(self._segments, self._ends()):
+            if end > offset:
+                seg.txn_index.truncate(offset)
 
     # -- producer snapshots ---------------------------------------------------------------
 

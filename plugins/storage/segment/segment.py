@@ -29,8 +29,9 @@ from brokkr.core.protocol.records import (
 )
 from crc32c import crc32c
 
-from .files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
+from .files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_file
 from .index import INT32_MAX, CorruptIndex, OffsetIndex, TimeIndex
+from .txn_index import TransactionIndex
 
 log = logging.getLogger("brokkr.storage")
 
@@ -81,6 +82,7 @@ class LogSegment:
         time_index_path = segment_file(directory, base_offset, TIME_INDEX_SUFFIX + suffix)
         self.offset_index = OffsetIndex(index_path, base_offset, index_bytes)
         self.time_index = TimeIndex(time_index_path, base_offset, index_bytes)
+        self.txn_index = TransactionIndex(segment_file(directory, base_offset, TXN_INDEX_SUFFIX + suffix))
         self.index_interval = index_interval
         self.bytes_since_last_index_entry = 0
         self.max_timestamp = -1
@@ -186,14 +188,17 @@ class LogSegment:
         os.fsync(self.fd)
         self.offset_index.sync()
         self.time_index.sync()
+        self.txn_index.sync()
 
     def close(self) -> None:
         if self.active:
             self.seal()
         os.close(self.fd)
 
-    def paths(self) -> tuple[Path, Path, Path]:
-        return self.path, self.offset_index.path, self.time_index.path
+    def paths(self) -> tuple[Path, ...]:
+        """The segment's files (the ``.txnindex`` only once it has an entry)."""
+        txn = (self.txn_index.path,) if self.txn_index.path.exists() else ()
+        return self.path, self.offset_index.path, self.time_index.path, *txn
 
     def delete(self) -> None:
         """Close and remove the segment's files (renamed to .deleted first, so a crash
@@ -266,6 +271,7 @@ class LogSegment:
             raise ValueError(f"offset {offset} is not a batch boundary of {self.path}")
         os.ftruncate(self.fd, position)
         self.size = position
+        self.txn_index.truncate(offset)
         self.recover()
 
     # -- reading --------------------------------------------------------------------------

@@ -1,0 +1,335 @@
+"""What every coordinator shares (Kafka's CoordinatorRuntime): a keyed state partitioned
+like its compacted internal topic, owned partition by partition by their leaders, loaded
+by replaying the partition's records and changed by writing records.
+
+A key (a group id, a transactional id) belongs to partition
+``abs(javaHashCode(key)) % num_partitions`` and is coordinated by that partition's leader.
+Ownership changes only through two calls, driven by leadership events:
+:meth:`PartitionedCoordinator.became_leader` (load the partition; its keys answer
+COORDINATOR_LOAD_IN_PROGRESS until loaded) and :meth:`PartitionedCoordinator.resigned`
+(drop them; NOT_COORDINATOR). Alone, a broker leads every partition from start-up.
+
+A change is written as records through the broker's normal append path, awaited like
+acks=-1, and only then applied to memory by ``replay``, the same function that applies
+the records read back when a partition loads (Kafka's CoordinatorShard). Subclasses say
+which topic and settings are theirs (:class:`TopicSettings`) and implement ``decode``,
+``replay``, ``loaded`` and ``unloaded``.
+
+The group coordinator (:mod:`brokkr.plugins.groups`) and the transaction coordinator
+(:mod:`brokkr.plugins.transactions`) are both built on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import attrs
+from brokkr.core.errors import BrokkrError, ErrorCode
+from brokkr.core.log import OffsetOutOfRange, batch_records
+from brokkr.core.protocol.control import read_end_txn_marker
+from brokkr.core.protocol.records import TRANSACTIONAL_FLAG, BatchHeader, build_batch, iter_batches_untrusted
+from brokkr.core.validation import RecordsError, ValidatedRecords
+
+log = logging.getLogger("brokkr.coordinator")
+
+#: Bytes read per step when loading a partition, between which the loop runs other work.
+LOAD_CHUNK_BYTES = 1 << 20
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units, as a signed 32-bit int)."""
+    h = 0
+    data = s.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def kafka_abs(n: int) -> int:
+    """Kafka's ``Utils.abs``: Integer.MIN_VALUE maps to 0, not to itself."""
+    return 0 if n == -(1 << 31) else abs(n)
+
+
+def partition_for(key: str, num_partitions: int) -> int:
+    """The internal topic partition of ``key`` (GroupMetadataManager/TransactionStateManager.partitionFor)."""
+    return kafka_abs(java_string_hash(key)) % num_partitions
+
+
+#: What a failed write to a coordinator's topic answers (Kafka's mapping of append errors,
+#: the same in its group and transaction coordinators).
+WRITE_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
+TOO_LARGE = (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE)
+
+
+def write_error(error: ErrorCode, too_large: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR) -> ErrorCode:
+    """The error a client gets for a failed write: ``too_large`` for records over the
+    size limit (offset commits answer INVALID_COMMIT_OFFSET_SIZE), NONE for success."""
+    if not error:
+        return ErrorCode.NONE
+    return too_large if error in TOO_LARGE else WRITE_ERRORS.get(error, ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+@attrs.frozen
+class TopicSettings:
+    """A coordinator's internal topic and the names of the settings that shape it."""
+
+    topic: str
+    num_partitions: str  # e.g. offsets.topic.num.partitions
+    segment_bytes: str
+    replication_factor: str
+    write_timeout: str  # how long a write waits to be acknowledged, in ms
+    min_isr: str | None = None
+
+
+class PartitionedCoordinator:
+    """Partition ownership, loading and writing for one coordinator of one broker."""
+
+    settings: TopicSettings
+    #: Whether batches with the transactional flag are replayed while loading.
+    replays_transactional = False
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.num_partitions: int = broker.config[self.settings.num_partitions]
+        #: partition -> (loaded?, leader epoch) for the partitions this node leads.
+        self.owned: dict[int, tuple[bool, int]] = {}
+        self._loads: dict[int, asyncio.Task] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._creating = False
+
+    # -- to implement -------------------------------------------------------------
+
+    def decode(self, key: bytes | memoryview | None, value: bytes | memoryview | None) -> Any:
+        raise NotImplementedError
+
+    def replay(self, record: Any) -> None:
+        raise NotImplementedError
+
+    def replay_transactional(self, producer_id: int, record: Any) -> None:
+        """A record of a transactional batch read while loading (with ``replays_transactional``)."""
+
+    def replay_marker(self, index: int, producer_id: int, committed: bool) -> None:
+        """The producer's transaction ended on partition ``index`` (a COMMIT/ABORT marker read while loading)."""
+
+    def loaded(self, index: int) -> None:
+        """Partition ``index`` has loaded (start its keys' timers)."""
+
+    def unloaded(self, index: int) -> None:
+        """Partition ``index`` is no longer led here: drop its keys."""
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    @property
+    def topic(self) -> str:
+        return self.settings.topic
+
+    def start(self) -> None:
+        """Alone, take over every partition of the topic if it exists (one broker leads them
+        all); else it is created on the first lookup, as in Kafka. On a cluster, partitions
+        are taken over as this broker becomes their leader."""
+        topic = self.broker.topics.get(self.topic)
+        if topic is not None and self.broker.replicas is None:
+            self._take_over(topic)
+
+    def create_topic(self) -> None:
+        """Create the (compacted) internal topic: what Kafka's first FindCoordinator does,
+        answering COORDINATOR_NOT_AVAILABLE meanwhile. Alone, the broker takes it over at
+        once; on a cluster, with the configured replication factor, each partition's leader does."""
+        config = self.broker.config
+        configs: dict[str, Any] = {"cleanup.policy": "compact", "segment.bytes": config[self.settings.segment_bytes]}
+        if self.settings.min_isr is not None:
+            configs["min.insync.replicas"] = config[self.settings.min_isr]
+        if self.broker.replicas is None:
+            configs.pop("min.insync.replicas", None)  # one replica: nothing more can acknowledge
+            self._take_over(self.broker.create_topic(self.topic, self.num_partitions, configs))
+        elif not self._creating:
+            self._creating = True
+            rf = config[self.settings.replication_factor]
+            self.spawn(self._create_on_cluster(rf, {k: str(v) for k, v in configs.items()}), "create topic")
+
+    async def _create_on_cluster(self, replication_factor: int, configs: dict[str, str]) -> None:
+        try:
+            await self.broker.replicas.create_topic(self.topic, self.num_partitions, replication_factor, configs)
+        except BrokkrError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("creating %s failed: %s", self.topic, exc)
+        finally:
+            self._creating = False
+
+    def _take_over(self, topic) -> None:
+        # The topic's own partition count decides once it exists, as in Kafka.
+        self.num_partitions = len(topic.partitions)
+        for partition in topic.partitions:
+            self.became_leader(partition.index, partition.leader_epoch)
+
+    def stop(self) -> None:
+        for index in list(self.owned):
+            self.resigned(index)
+        for task in list(self._tasks):
+            task.cancel()
+
+    def spawn(self, coro, name: str) -> asyncio.Task:
+        """Run ``coro`` in the background, kept until it ends (its failure is logged)."""
+        task = asyncio.get_running_loop().create_task(coro, name=f"brokkr-{self.topic} {name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+    # -- ownership seam ---------------------------------------------------------------
+
+    def became_leader(self, index: int, epoch: int) -> None:
+        """This node leads partition ``index`` at ``epoch``: load it; until loaded, its keys'
+        requests answer COORDINATOR_LOAD_IN_PROGRESS."""
+        current = self.owned.get(index)
+        if current is not None and current[1] >= epoch:
+            return
+        topic = self.broker.topics.get(self.topic)
+        if topic is not None:  # the topic's own partition count decides once it exists
+            self.num_partitions = len(topic.partitions)
+        self.owned[index] = (False, epoch)
+        self._loads[index] = asyncio.get_running_loop().create_task(
+            self._load(index, epoch), name=f"brokkr-load-{self.topic}-{index}"
+        )
+
+    def resigned(self, index: int, epoch: int | None = None) -> None:
+        """This node no longer leads partition ``index``: drop its state."""
+        task = self._loads.pop(index, None)
+        if task is not None:
+            task.cancel()
+        self.owned.pop(index, None)
+        self.unloaded(index)
+
+    async def _load(self, index: int, epoch: int) -> None:
+        try:
+            count = await self._replay_partition(self.broker.partition(self.topic, index))
+        except Exception:  # served with what loaded rather than refused for ever
+            log.exception("loading %s-%d failed; its keys are served with what was read", self.topic, index)
+            count = -1
+        finally:
+            self._loads.pop(index, None)
+        if self.owned.get(index) == (False, epoch):
+            self.owned[index] = (True, epoch)
+            log.debug("loaded %s-%d at epoch %d (%d records)", self.topic, index, epoch, count)
+            self.loaded(index)
+
+    async def _replay_partition(self, partition) -> int:
+        offset, end, count = partition.log.log_start_offset, partition.high_watermark, 0
+        while offset < end:
+            try:
+                data = partition.log.read(offset, LOAD_CHUNK_BYTES, end, True)
+            except OffsetOutOfRange:  # retention or cleaning moved the start meanwhile
+                offset = partition.log.log_start_offset
+                continue
+            if not data:
+                break
+            for header in iter_batches_untrusted(data):
+                if header.last_offset < offset:
+                    continue
+                offset = header.last_offset + 1
+                if header.is_transactional and not self.replays_transactional:
+                    continue
+                if header.is_control:
+                    marker = read_end_txn_marker(data, header)
+                    if marker is not None:
+                        self.replay_marker(partition.index, header.producer_id, marker.committed)
+                    continue
+                for record in batch_records(data, header, self.broker.codecs):
+                    try:
+                        decoded = self.decode(record.key, record.value)
+                        if header.is_transactional:
+                            self.replay_transactional(header.producer_id, decoded)
+                        else:
+                            self.replay(decoded)
+                    except Exception as exc:
+                        log.warning("%s: skipping a record that does not load: %s", partition.name, exc)
+                    count += 1
+            await asyncio.sleep(0)  # let other requests in between chunks
+        return count
+
+    async def wait_loaded(self) -> None:
+        """Return once every partition being loaded now has loaded (or was dropped)."""
+        await asyncio.gather(*self._loads.values(), return_exceptions=True)
+
+    # -- lookups ----------------------------------------------------------------------
+
+    def partition_for(self, key: str) -> int:
+        return partition_for(key, self.num_partitions)
+
+    def check_coordinator(self, key: str) -> ErrorCode:
+        """NONE when this node coordinates ``key`` and has loaded it; otherwise the error
+        Kafka answers (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS)."""
+        owned = self.owned.get(self.partition_for(key))
+        if owned is None:
+            return ErrorCode.NOT_COORDINATOR
+        if not owned[0]:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NONE
+
+    # -- writing ----------------------------------------------------------------------
+
+    async def write(
+        self,
+        key: str,
+        records: list[tuple[bytes, bytes | None]],
+        replay: bool = True,
+        producer: tuple[int, int] | None = None,
+    ) -> ErrorCode:
+        """Append ``records`` (encoded key and value) to the key's partition as one batch,
+        wait until they are acknowledged as acks=-1 waits, then, with ``replay``, apply
+        them to memory. Returns the append's error, if any.
+
+        With ``producer`` (producer id, epoch) the batch is transactional, part of that
+        producer's transaction (TxnOffsetCommit): its sequence continues the producer's
+        batches in the partition, and it counts once the transaction's marker is written."""
+        error = self.check_coordinator(key)
+        if error:
+            return error
+        partition = self.broker.partition(self.topic, self.partition_for(key))
+        if partition is None:
+            return ErrorCode.NOT_COORDINATOR
+        now = int(time.time() * 1000)
+        txn: dict[str, Any] = {}
+        if producer is not None:
+            producer_id, epoch = producer
+            entry = partition.producers.producers.get(producer_id)
+            same_epoch = entry is not None and entry.producer_epoch == epoch and entry.last_seq >= 0
+            txn = {
+                "attributes": TRANSACTIONAL_FLAG,
+                "producer_id": producer_id,
+                "producer_epoch": epoch,
+                "base_sequence": (entry.last_seq + 1) & 0x7FFFFFFF if same_epoch else 0,
+            }
+        batch = bytearray(build_batch(records, timestamp=now, **txn))
+        if len(batch) > partition.config["max.message.bytes"]:
+            return ErrorCode.MESSAGE_TOO_LARGE
+        validated = ValidatedRecords(batch, [BatchHeader.unpack(batch)], len(records), now)
+        try:
+            info = self.broker.append(partition, validated)
+        except RecordsError as exc:
+            return exc.code
+        except OSError:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        timeout = self.broker.config[self.settings.write_timeout]
+        if await self.broker.wait_acknowledged({partition: info.last_offset + 1}, timeout):
+            return ErrorCode.REQUEST_TIMED_OUT
+        if replay:
+            for k, v in records:
+                self.replay(self.decode(k, v))
+        return ErrorCode.NONE
