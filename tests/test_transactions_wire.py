@@ -16,7 +16,6 @@ from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import TRANSACTIONAL_FLAG, build_batch
 from brokkr.core.testing import RawClient
 from brokkr.plugins.groups import coordinator_of
-from brokkr.plugins.transactions.errors import TxnError
 
 from tests.txn_coordinator import (
     ADD_OFFSETS,
@@ -33,7 +32,7 @@ from tests.txn_coordinator import (
 )
 from tests.wire import PRODUCE, produce_body
 
-INVALID_PRODUCER_ID_MAPPING = TxnError.INVALID_PRODUCER_ID_MAPPING
+INVALID_PRODUCER_ID_MAPPING = ErrorCode.INVALID_PRODUCER_ID_MAPPING
 TXN_OFFSET_COMMIT = 28
 
 
@@ -125,7 +124,7 @@ def test_unknown_partitions_and_the_ones_not_attempted(client):
     pid, epoch = started(client)
     answer = add_partitions(client, "t", pid, epoch, [("a", 0), ("a", 9), ("missing", 0)])
     assert answer == {
-        ("a", 0): TxnError.OPERATION_NOT_ATTEMPTED,
+        ("a", 0): ErrorCode.OPERATION_NOT_ATTEMPTED,
         ("a", 9): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ("missing", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     }
@@ -133,7 +132,7 @@ def test_unknown_partitions_and_the_ones_not_attempted(client):
 
 def test_describe_an_unknown_id(broker):
     (d,) = describe(broker, "never-seen")
-    assert (d.error_code, d.transaction_state) == (TxnError.TRANSACTIONAL_ID_NOT_FOUND, "")
+    assert (d.error_code, d.transaction_state) == (ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, "")
 
 
 def test_verify_only_answers_per_partition_without_adding(broker, client):
@@ -273,7 +272,7 @@ def test_idle_transactional_ids_expire(brokkr_broker_factory):
     deadline = time.time() + 10
     while describe(b, "short-lived")[0].error_code == 0 and time.time() < deadline:
         time.sleep(0.05)
-    assert describe(b, "short-lived")[0].error_code == TxnError.TRANSACTIONAL_ID_NOT_FOUND
+    assert describe(b, "short-lived")[0].error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
     with RawClient(b.bootstrap_servers) as c:
         again = init_producer_id(c, "short-lived")  # a new life: a new producer id
     assert (again.error_code, again.producer_epoch) == (0, 0) and again.producer_id != first.producer_id

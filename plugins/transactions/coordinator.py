@@ -23,7 +23,6 @@ import time
 from brokkr.core.errors import ErrorCode
 
 from ..coordinator_partitions import PartitionedCoordinator, TopicSettings, write_error
-from .errors import TxnError
 from .markers import MarkerWriter
 from .metadata import COMPLETE, MAX_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PREPARE, TransactionMetadata, TxnState
 from .records import TxnLogRecord, decode_record, encode_key, encode_value
@@ -186,7 +185,7 @@ class TransactionCoordinator(PartitionedCoordinator):
             return error
         meta = self.txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
-            return TxnError.INVALID_PRODUCER_ID_MAPPING
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if meta.producer_epoch != epoch:
             return ErrorCode.PRODUCER_FENCED
         if meta.pending is not None or (
@@ -219,7 +218,7 @@ class TransactionCoordinator(PartitionedCoordinator):
         meta = self.txns.get(transactional_id)
         if not error:
             if meta is None or meta.producer_id != producer_id:
-                error = TxnError.INVALID_PRODUCER_ID_MAPPING
+                error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
             elif meta.producer_epoch != epoch:
                 error = ErrorCode.PRODUCER_FENCED
             elif meta.state in PREPARE or meta.pending in PREPARE:

@@ -1,22 +1,9 @@
-"""Kafka error codes of transactions that :class:`brokkr.core.errors.ErrorCode` does not
-hold yet, and how older API versions see them.
-
-(Kept here so the partition side's own additions to core's ErrorCode merge cleanly; an
-integrator may fold them into ErrorCode.) :func:`error_code` turns a code from the wire
-into whichever enum holds it.
-"""
+"""How older API versions see transaction error codes, and codes from the wire as
+:class:`brokkr.core.errors.ErrorCode` members."""
 
 from __future__ import annotations
 
-import enum
-
 from brokkr.core.errors import ErrorCode
-
-
-class TxnError(enum.IntEnum):
-    INVALID_PRODUCER_ID_MAPPING = 49
-    OPERATION_NOT_ATTEMPTED = 55
-    TRANSACTIONAL_ID_NOT_FOUND = 105
 
 
 def for_version(error: int, version: int, fenced_since: int) -> int:
@@ -27,11 +14,9 @@ def for_version(error: int, version: int, fenced_since: int) -> int:
     return error
 
 
-def error_code(code: int) -> ErrorCode | TxnError:
-    """``code`` as an enum member (UNKNOWN_SERVER_ERROR for one neither holds)."""
-    for enum_cls in (ErrorCode, TxnError):
-        try:
-            return enum_cls(code)
-        except ValueError:
-            pass
-    return ErrorCode.UNKNOWN_SERVER_ERROR
+def error_code(code: int) -> ErrorCode:
+    """``code`` as an ErrorCode member (UNKNOWN_SERVER_ERROR for one it does not hold)."""
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR

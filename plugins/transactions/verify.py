@@ -18,14 +18,14 @@ from brokkr.core.broker_client import BrokerClient
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import request_spec
 
-from .errors import TxnError, error_code
+from .errors import error_code
 
 log = logging.getLogger("brokkr.transactions")
 
 ADD_PARTITIONS_TO_TXN, VERIFY_VERSION = 24, 4
 
 
-def produce_error(code: int) -> ErrorCode | TxnError:
+def produce_error(code: int) -> ErrorCode:
     return ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED else error_code(code)
 
 

@@ -23,7 +23,7 @@ from brokkr.core.authorization import CLUSTER_NAME, AclOperation, Action, Resour
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import response_spec
 
-from ..errors import TxnError, for_version
+from ..errors import for_version
 from . import coordinator, txn_allowed
 
 KEY = 24
@@ -62,7 +62,7 @@ async def _one(broker, ctx, txn_id: str, producer_id: int, epoch: int, topics, v
         elif broker.replicas is not None and broker.replicas.membership.partition_state(topic, index) is None:
             failed[(topic, index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if failed:
-        return {tp: failed.get(tp, TxnError.OPERATION_NOT_ATTEMPTED) for tp in partitions}
+        return {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in partitions}
     txns = coordinator(broker)
     if verify_only:
         return txns.verify(txn_id, producer_id, epoch, partitions)

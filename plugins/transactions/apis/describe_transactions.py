@@ -11,7 +11,6 @@ from brokkr.core.authorization import AclOperation
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import response_spec
 
-from ..errors import TxnError
 from ..metadata import TxnState
 from . import coordinator, txn_allowed
 
@@ -41,7 +40,7 @@ def _describe(txns, txn_id: str):
     if error:
         return _failed(txn_id, error)
     if meta is None or meta.state == TxnState.DEAD:
-        return _failed(txn_id, TxnError.TRANSACTIONAL_ID_NOT_FOUND)
+        return _failed(txn_id, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
     topics: dict[str, list[int]] = {}
     for topic, index in sorted(meta.partitions):
         topics.setdefault(topic, []).append(index)
