@@ -116,8 +116,9 @@ class Broker:
             self._close_storage()
             raise
         self._maintenance = asyncio.create_task(self._maintain(), name="brokkr-log-maintenance")
-        if membership is not None:  # on a cluster, topics come from the membership
+        if membership is not None:  # on a cluster, topics (and producer id blocks) come from the membership
             self.replicas = ReplicaManager(self, membership)
+            self.producer_ids.reserve = membership.reserve_producer_ids
             try:
                 await self.replicas.start()
             except BaseException:

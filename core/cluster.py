@@ -131,3 +131,7 @@ class ClusterMembership(Protocol):
         """Store ``state`` if the stored version is still ``state.version`` (or, for a
         partition without state, create it). Returns the stored state with its new version,
         or None when another writer got there first (the cache is then refreshed)."""
+
+    async def reserve_producer_ids(self, count: int, floor: int) -> int:
+        """Reserve the next ``count`` producer ids of the cluster, none below ``floor``, for
+        this broker alone; returns the first (Kafka's ``/latest_producer_id_block``)."""

@@ -58,7 +58,7 @@ async def handle(broker, ctx, request):
         return error(code)
     if request.transactional_id is None:
         return InitProducerIdResponse(
-            error_code=ErrorCode.NONE, producer_id=broker.producer_ids.generate_producer_id(), producer_epoch=0
+            error_code=ErrorCode.NONE, producer_id=await broker.producer_ids.generate_producer_id(), producer_epoch=0
         )
     return error(ErrorCode.NOT_COORDINATOR)
 

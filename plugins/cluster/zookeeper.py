@@ -144,6 +144,9 @@ class ZooKeeperMembership:
     async def write_partition_state(self, topic: str, partition: int, state: PartitionState) -> PartitionState | None:
         return await self._call(self._write_state, topic, partition, state)
 
+    async def reserve_producer_ids(self, count: int, floor: int) -> int:
+        return await self._call(self._reserve_producer_ids, count, floor)
+
     # -- on the worker thread -------------------------------------------------------
 
     async def _call(self, fn, *args) -> Any:
@@ -429,6 +432,33 @@ class ZooKeeperMembership:
         written = PartitionState(state.leader, state.leader_epoch, state.isr, state.controller_epoch, version)
         self._states[(topic, partition)] = written
         return written
+
+    def _reserve_producer_ids(self, count: int, floor: int) -> int:
+        """Kafka's ZkProducerIdManager: read /latest_producer_id_block, write the block
+        after it with a conditional set (or create), again until no other broker wrote
+        first."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        assert self._me is not None
+        path = "/latest_producer_id_block"
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+                last = json.loads(data)
+                start, version = int(last["block_end"]) + 1, stat.version
+            except NoNodeError:
+                start, version = 0, None
+            start = max(start, floor)
+            block = {"version": 1, "broker": self._me.node_id, "block_start": str(start)}
+            block["block_end"] = str(start + count - 1)
+            try:
+                if version is None:
+                    self.zk.create(path, json.dumps(block).encode())
+                else:
+                    self.zk.set(path, json.dumps(block).encode(), version=version)
+                return start
+            except (BadVersionError, NodeExistsError):
+                continue
 
 
 def _topic_znodes(assignment: TopicAssignment) -> tuple[bytes, bytes]:

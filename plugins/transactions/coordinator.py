@@ -133,12 +133,13 @@ class TransactionCoordinator(PartitionedCoordinator):
         error = self.check_coordinator(transactional_id)
         if error:
             return error, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
-        meta = self.txns.get(transactional_id)
-        if meta is None:
-            meta = TransactionMetadata(
-                transactional_id, self.broker.producer_ids.generate_producer_id(), NO_PRODUCER_EPOCH, timeout_ms
-            )
-            self.txns[transactional_id] = meta
+        if transactional_id not in self.txns:
+            producer_id = await self.broker.producer_ids.generate_producer_id()  # may wait for the cluster
+            if transactional_id not in self.txns:  # no other request created it meanwhile
+                self.txns[transactional_id] = TransactionMetadata(
+                    transactional_id, producer_id, NO_PRODUCER_EPOCH, timeout_ms
+                )
+        meta = self.txns[transactional_id]
         if meta.pending is not None or meta.state in PREPARE or meta.state == TxnState.PREPARE_EPOCH_FENCE:
             return ErrorCode.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         if producer_id != NO_PRODUCER_ID:  # KIP-360: the producer names the id and epoch it had
@@ -154,7 +155,7 @@ class TransactionCoordinator(PartitionedCoordinator):
         old = meta.producer_id, meta.producer_epoch
         new_id, new_epoch = meta.producer_id, meta.producer_epoch + 1
         if meta.producer_epoch >= MAX_EPOCH:
-            new_id, new_epoch = self.broker.producer_ids.generate_producer_id(), 0
+            new_id, new_epoch = await self.broker.producer_ids.generate_producer_id(), 0
         error = await self.transition(
             meta,
             TxnState.EMPTY,

@@ -19,10 +19,12 @@ from brokkr.core.testing import CLUSTER_SETTINGS as CLUSTER
 from tests.serve import Served
 from tests.wire import (
     FETCH,
+    INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
     batch,
     fetch_body,
+    init_producer_id_body,
     offset_for_leader_epoch_body,
     produce_body,
 )
@@ -521,3 +523,32 @@ def test_a_partition_moves_to_new_replicas_and_keeps_its_records(brokkr_cluster)
     assert ongoing.topics == []
     assert all(b.broker.partition("mv", 0) is None for b in brokers[:2]), "the old replicas are gone"
     assert sorted(consume_all(brokers, "mv", 1, 50)) == [b"%05d" % i for i in range(50)]
+
+
+def test_producer_ids_are_unique_across_the_cluster(brokkr_cluster, brokkr_zookeeper):
+    """Each broker reserves blocks of 1000 ids in /latest_producer_id_block (Kafka's znode
+    and format), so idempotent and transactional producers never share an id, whichever
+    broker they asked; a restarted broker takes a new block."""
+    from kazoo.client import KazooClient
+
+    brokers = brokkr_cluster(3)
+
+    def new_ids(broker, n=3):
+        with RawClient(broker.bootstrap_servers) as c:
+            answers = [c.request(INIT_PRODUCER_ID, 4, init_producer_id_body()) for _ in range(n)]
+        assert all(a.error_code == ErrorCode.NONE and a.producer_epoch == 0 for a in answers)
+        return [a.producer_id for a in answers]
+
+    ids = [pid for b in brokers for pid in new_ids(b)]
+    assert len(set(ids)) == len(ids) == 9
+    assert sorted({pid // 1000 for pid in ids}) == [0, 1, 2], "one block per broker"
+    hosts, chroot = brokkr_zookeeper.split("/", 1)
+    zk = KazooClient(hosts=hosts)
+    zk.start(timeout=10)
+    try:
+        block = json.loads(zk.get(f"/{chroot}/latest_producer_id_block")[0])
+    finally:
+        zk.stop()
+        zk.close()
+    assert block["version"] == 1 and block["block_start"] == "2000" and block["block_end"] == "2999"
+    assert block["broker"] in {1, 2, 3}
