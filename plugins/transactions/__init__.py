@@ -162,6 +162,7 @@ def brokkr_broker_stopping(broker):
     if coordinator is not None:
         coordinator.stop()
         coordinator.markers.close()
+        coordinator.verify_clients.close()
 
 
 @hookimpl

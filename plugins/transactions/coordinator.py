@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 
+from brokkr.core.broker_client import BrokerClients
 from brokkr.core.errors import ErrorCode
 
 from ..coordinator_partitions import PartitionedCoordinator, TopicSettings, write_error
@@ -53,6 +54,8 @@ class TransactionCoordinator(PartitionedCoordinator):
         super().__init__(broker)
         self.txns: dict[str, TransactionMetadata] = {}
         self.markers = MarkerWriter(self)
+        #: For KIP-890 verifications asked of other coordinators (never behind a marker write).
+        self.verify_clients = BrokerClients(broker, "txn-verify")
 
     # -- the partitioned state ------------------------------------------------------
 

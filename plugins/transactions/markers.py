@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections import defaultdict
 
-from brokkr.core.broker_client import BrokerClient
+from brokkr.core.broker_client import BrokerClients
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.txn_markers import TxnMarker, write_txn_markers
@@ -36,7 +36,7 @@ class MarkerWriter:
     def __init__(self, coordinator):
         self.coordinator = coordinator
         self.broker = coordinator.broker
-        self._clients: dict[int, BrokerClient] = {}
+        self.clients = BrokerClients(self.broker, "txn-markers")
 
     async def backoff(self) -> None:
         await asyncio.sleep(BACKOFF_S)
@@ -106,13 +106,9 @@ class MarkerWriter:
             return dict.fromkeys(tps, ErrorCode.KAFKA_STORAGE_ERROR)
 
     async def _write_remote(self, node_id, producer_id, epoch, committed, coordinator_epoch, tps) -> dict:
-        info = self.broker.replicas.membership.brokers().get(node_id)
-        if info is None:
+        client = self.clients.get(node_id)
+        if client is None:
             return dict.fromkeys(tps, ErrorCode.LEADER_NOT_AVAILABLE)
-        client = self._clients.get(node_id)
-        host, port = info.endpoint(self.broker.listeners[0].name)
-        if client is None or (client.host, client.port) != (host, port):
-            client = self._clients[node_id] = BrokerClient(host, port, f"broker-{self.broker.node_id}-txn-markers")
         spec = request_spec(WRITE_TXN_MARKERS)
         topic_cls = spec.struct("WritableTxnMarkerTopic")
         topics: dict[str, list[int]] = defaultdict(list)
@@ -144,6 +140,4 @@ class MarkerWriter:
         return results
 
     def close(self) -> None:
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
+        self.clients.close()

@@ -4,7 +4,7 @@ producer's ongoing transaction (``brokkr_transaction_verify``, called by Produce
 
 This broker coordinating the id: answered from memory. Otherwise: one AddPartitionsToTxn
 v4 request with ``verify_only`` to the coordinator (the leader of the id's
-``__transaction_state`` partition), through :class:`~brokkr.core.broker_client.BrokerClient`.
+``__transaction_state`` partition), on the coordinator's kept client to that broker.
 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH, which Produce knows (Kafka's
 AddPartitionsToTxnManager does the same); Produce turns the coordinator's "try again"
 answers into NOT_ENOUGH_REPLICAS.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 
-from brokkr.core.broker_client import BrokerClient
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import request_spec
 
@@ -44,8 +43,8 @@ async def _ask(broker, coordinator, transactional_id, producer_id, producer_epoc
     retry = dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
     membership = broker.replicas.membership
     state = membership.partition_state(coordinator.topic, coordinator.partition_for(transactional_id))
-    info = membership.brokers().get(state.leader) if state is not None else None
-    if info is None:
+    client = coordinator.verify_clients.get(state.leader) if state is not None else None
+    if client is None:
         return retry
     spec = request_spec(ADD_PARTITIONS_TO_TXN)
     topics: dict[str, list[int]] = {}
@@ -58,8 +57,6 @@ async def _ask(broker, coordinator, transactional_id, producer_id, producer_epoc
         verify_only=True,
         topics=[spec.struct("AddPartitionsToTxnTopic")(name=t, partitions=ps) for t, ps in topics.items()],
     )
-    host, port = info.endpoint(broker.listeners[0].name)
-    client = BrokerClient(host, port, f"broker-{broker.node_id}-txn-verify")
     try:
         response = await client.request(
             ADD_PARTITIONS_TO_TXN,
@@ -68,10 +65,8 @@ async def _ask(broker, coordinator, transactional_id, producer_id, producer_epoc
             broker.config["request.timeout.ms"] / 1000,
         )
     except Exception as exc:
-        log.debug("verifying %r with broker %d failed: %r", transactional_id, info.node_id, exc)
+        log.debug("verifying %r with broker %d failed: %r", transactional_id, state.leader, exc)
         return retry
-    finally:
-        client.close()
     if response.error_code:
         return dict.fromkeys(partitions, response.error_code)
     results = dict(retry)
