@@ -62,6 +62,8 @@ class Broker:
         disabled = disabled_def.parse(raw.get("brokkr.plugins.disabled", disabled_def.default))
         self.pm = create_plugin_manager(plugins, disabled, entry_points)
         self.hook = self.pm.hook
+        #: The per-request hooks, resolved once (:class:`brokkr.core.plugins.HotHooks`).
+        self.hot = self.pm.hot
         defs = [d for result in self.hook.brokkr_config_definitions() for d in result]
         self.config = BrokerConfig(raw, defs)
         self.node_id: int = self.config["node.id"]
@@ -85,7 +87,6 @@ class Broker:
         self._stopped: asyncio.Event | None = None
         self._maintenance: asyncio.Task | None = None
         self.clean_shutdown = True  # False once a stop could not write everything it should have
-        self.requests_observed = False  # whether brokkr_request_completed has implementations
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -131,7 +132,6 @@ class Broker:
         except BaseException:  # a plugin that cannot run (a missing extra, a taken port): stop cleanly
             await self.stop()
             raise
-        self.requests_observed = bool(self.hook.brokkr_request_completed.get_hookimpls())
 
     def _log_start(self) -> None:
         """One line per loaded plugin (name, version, where from), then the settings given
@@ -394,7 +394,8 @@ class Broker:
         answers composed: DENIED from any wins, else ALLOWED from any, else denied."""
         if not actions:
             return []
-        answers = self.hook.brokkr_authorize(context=ctx, actions=actions, broker=self)
+        authorize = self.hot.brokkr_authorize
+        answers = authorize(context=ctx, actions=actions, broker=self) if authorize is not None else []
         if len(answers) == 1 and len(answers[0]) == len(actions):  # the common case: one authorizer
             return [r is AuthorizationResult.ALLOWED for r in answers[0]]
         decided: list[AuthorizationResult | None] = [None] * len(actions)
@@ -412,9 +413,13 @@ class Broker:
         actions = [Action(operation, ResourceType.TOPIC, name) for name in unique]
         return dict(zip(unique, self.authorize(ctx, actions)))
 
-    def throttle_ms(self, ctx: RequestContext, quota_type: str, amount: float) -> int:
-        results = self.hook.brokkr_quota_throttle_ms(context=ctx, quota_type=quota_type, amount=amount, broker=self)
-        return max((int(r) for r in results if r), default=0)
+    def throttle_ms(self, ctx: RequestContext, usage: Mapping[str, float]) -> int:
+        """One ``brokkr_quota_throttle_ms`` call for all of a request's usage: the largest
+        throttle time its plugins answer (0 without quota plugins)."""
+        quota = self.hot.brokkr_quota_throttle_ms
+        if quota is None:
+            return 0
+        return max((int(r) for r in quota(context=ctx, usage=usage, broker=self) if r), default=0)
 
     def append(self, partition: Partition, validated: ValidatedRecords) -> AppendInfo:
         """Append validated records as leader, fire the observers, advance the high
@@ -428,9 +433,11 @@ class Broker:
     def appended(self, partition: Partition, info: AppendInfo) -> None:
         """After a leader's append (records, or a transaction marker): fire the observers
         and advance the high watermark (alone: to the log end)."""
-        self.hook.brokkr_after_log_append(partition=partition, info=info, broker=self)
-        if info.rolled is not None:
-            self.hook.brokkr_segment_rolled(partition=partition, segment=info.rolled, broker=self)
+        hot = self.hot
+        if hot.brokkr_after_log_append is not None:
+            hot.brokkr_after_log_append(partition=partition, info=info, broker=self)
+        if info.rolled is not None and hot.brokkr_segment_rolled is not None:
+            hot.brokkr_segment_rolled(partition=partition, segment=info.rolled, broker=self)
         if not self.advance_high_watermark(partition, partition.high_watermark_candidate()):
             # Kafka's tryCompleteDelayedRequests: followers' fetches parked on this
             # partition wake on new data even while the high watermark waits for them.
@@ -443,7 +450,8 @@ class Broker:
             return False
         partition.high_watermark = new
         partition.tell_log()  # for the log's replication-offset-checkpoint and its cleaner
-        self.hook.brokkr_high_watermark_advanced(partition=partition, old=old, new=new, broker=self)
+        if self.hot.brokkr_high_watermark_advanced is not None:
+            self.hot.brokkr_high_watermark_advanced(partition=partition, old=old, new=new, broker=self)
         self.purgatory.check(partition)
         return True
 
@@ -508,7 +516,10 @@ class Broker:
                             log.warning("log maintenance (%s) succeeds again", task.__name__)
 
     def produce_complete(self, partition: Partition, required_offset: int) -> bool:
-        results = self.hook.brokkr_produce_complete(partition=partition, required_offset=required_offset, broker=self)
+        complete = self.hot.brokkr_produce_complete
+        if complete is None:
+            return True
+        results = complete(partition=partition, required_offset=required_offset, broker=self)
         return all(r for r in results if r is not None)
 
     async def wait_acknowledged(self, required: Mapping[Partition, int], timeout_ms: int) -> set[Partition]:

@@ -43,6 +43,10 @@ class RequestContext:
     api_version: int
     client_id: str | None
     correlation_id: int
+    #: What the request used, by quota type, as its handler records it (``"produce"``:
+    #: bytes appended, ``"fetch"``: bytes returned); the dispatcher adds ``"request"`` and
+    #: calls ``brokkr_quota_throttle_ms`` once with all of it.
+    usage: dict[str, float] = attrs.field(factory=dict, eq=False)
 
     @property
     def client_host(self) -> str:

@@ -62,7 +62,7 @@ async def handle_frame_with_throttle(
         return encode_response(header.api_key, nearest, header.correlation_id, body_out), 0
 
     # Trailing bytes after the body are ignored, as Kafka ignores them (librdkafka sends some).
-    request = broker.hook.brokkr_decode_request(header=header, body=body, broker=broker)
+    request = broker.hot.brokkr_decode_request(header=header, body=body, broker=broker)
     ctx = RequestContext(conn, principal, header.api_key, version, header.client_id, header.correlation_id)
     busy = BusyTime()
     busy.seconds = time.perf_counter() - start
@@ -76,20 +76,21 @@ async def handle_frame_with_throttle(
     except Exception:
         log.exception("%s from %s failed", header.api_name, conn.connection_id)
         response = api.error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR)
+    usage = ctx.usage
     if response is None or isinstance(response, NoResponse):  # acks=0: exempt from the request quota, as in Kafka
-        return None, response.throttle_time_ms if response is not None else 0
-    throttle = max(getattr(response, "throttle_time_ms", 0), broker.throttle_ms(ctx, "request", busy.seconds * 1000))
+        return None, broker.throttle_ms(ctx, usage) if usage else 0
+    usage["request"] = busy.seconds * 1000
+    throttle = max(getattr(response, "throttle_time_ms", 0), broker.throttle_ms(ctx, usage))
     if throttle and hasattr(response, "throttle_time_ms"):
         response.throttle_time_ms = throttle
     frame = encode_response(header.api_key, version, header.correlation_id, response)
     logged = request_log.isEnabledFor(logging.DEBUG)
-    if not broker.requests_observed and not logged:
+    observe = broker.hot.brokkr_request_completed
+    if observe is None and not logged:
         return frame, throttle
     elapsed_ms = (time.perf_counter() - start) * 1000
-    if broker.requests_observed:
-        broker.hook.brokkr_request_completed(
-            context=ctx, header=header, response=response, elapsed_ms=elapsed_ms, broker=broker
-        )
+    if observe is not None:
+        observe(context=ctx, header=header, response=response, elapsed_ms=elapsed_ms, broker=broker)
     if logged:
         request_log.debug(
             "Completed request: %s v%d correlation %d from %s (client %s, principal %s, listener %s): %d bytes in, "

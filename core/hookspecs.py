@@ -20,12 +20,12 @@ request (compare ``pytest_runtest_protocol``)::
         brokkr_after_log_append              once per partition batch
         brokkr_high_watermark_advanced       when the high watermark moves
         brokkr_segment_rolled                when the append rolled a segment
-    brokkr_quota_throttle_ms                 once, with the request's produced bytes
     if acks == -1:
         brokkr_produce_complete              per waiting partition, per check, until
                                              all agree or timeout_ms expires
-    brokkr_quota_throttle_ms                 once more, with the time the broker spent on
-                                             the request (every API; not for acks=0)
+    brokkr_quota_throttle_ms                 once, with the produced bytes and the time the
+                                             broker spent on the request (every API takes
+                                             this call; acks=0 without the time)
 
 ``brokkr_authenticate`` runs once per PLAINTEXT or SSL connection, before its first
 request; a SASL connection's principal comes from its exchange with one of the
@@ -41,11 +41,18 @@ every answered request, only when implemented.
 
 Rule for every hook: never called once per record. Implementations that pick an
 implementation (codecs, storage) return objects the core keeps and calls directly.
+
+Hot hooks: the hooks called for every request (decoding, authorization, validation, the
+append observers, quotas, acks=-1 completion, ``brokkr_request_completed``) are resolved
+once, not looked up through pluggy on each call (``broker.hot``,
+:class:`brokkr.core.plugins.HotHooks`): a hook nobody implements is not called at all, a
+hook with one plain implementation calls it directly. Registering or unregistering a
+plugin at any time resolves them again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -254,20 +261,22 @@ def brokkr_acl_store(broker: Broker) -> AclStore | None:
 
 
 @hookspec
-def brokkr_quota_throttle_ms(context: RequestContext, quota_type: str, amount: float, broker: Broker) -> int | None:
-    """Record usage against a quota and say how long the client must be throttled.
+def brokkr_quota_throttle_ms(context: RequestContext, usage: Mapping[str, float], broker: Broker) -> int | None:
+    """Record a request's usage against quotas and say how long the client must be throttled.
 
-    Called once per request of the kind the quota covers, after it has been handled:
-    ``quota_type`` is ``"produce"`` (amount: bytes appended), ``"fetch"`` (amount:
-    bytes returned) or ``"request"`` (amount: milliseconds the broker spent on the request,
-    waits excluded; called for every request).
+    Called once per request, after it has been handled, with what it used by quota type:
+    ``"produce"`` (bytes appended; Produce only), ``"fetch"`` (bytes returned; Fetch only)
+    and ``"request"`` (milliseconds the broker spent on the request, waits excluded; every
+    request but acks=0 Produce, which Kafka exempts). Record each type the plugin keeps a
+    quota for and answer the largest throttle time among them, as Kafka throttles by the
+    most violated quota.
 
     All results are used: the largest becomes the response's ``throttle_time_ms``, and the
-    connection is not read for that long after the response is sent (KIP-219).
+    connection is not read for that long after the response is sent (KIP-219). Without
+    any implementation nothing is throttled and nothing is called.
 
     :param context: The request's principal, client id and listener.
-    :param quota_type: Which quota the amount counts against.
-    :param amount: The usage to record.
+    :param usage: The amount used, by quota type.
     :param broker: The broker.
     :return: Throttle time in milliseconds (0 or ``None`` for none).
     """
@@ -562,9 +571,8 @@ def brokkr_request_completed(
     """A request was answered (metrics, request logs, audits).
 
     Called once per answered request (not for acks=0 produce), on the event loop, after
-    the response is encoded. Only called at all when some plugin implemented it by the
-    time the broker started (``broker.requests_observed``): without one, the request path
-    pays nothing for it. Keep it cheap.
+    the response is encoded. Without an implementation the request path pays nothing for
+    it (see "Hot hooks" above). Keep it cheap.
 
     :param context: The request context (principal, listener, client id, API version).
     :param header: The request header (API key and name, version, correlation id).

@@ -38,7 +38,6 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.plugins.auth.sasl_plain",
     "brokkr.plugins.auth.scram",
     "brokkr.plugins.auth.acl",
-    "brokkr.plugins.quota.unlimited",
     "brokkr.plugins.quota.client_quotas",
     "brokkr.plugins.sinks.spark.sink",
     "brokkr.plugins.metrics.prometheus",
@@ -63,11 +62,84 @@ def _failing_entry_point() -> str:
     return "an entry point"
 
 
+class PluginManager(pluggy.PluginManager):
+    """pluggy's plugin manager, telling :class:`HotHooks` when registrations change."""
+
+    def __init__(self, project_name: str):
+        super().__init__(project_name)
+        self.hot = HotHooks(self)
+
+    def register(self, plugin, name=None):
+        try:
+            return super().register(plugin, name)
+        finally:
+            self.hot.forget()
+
+    def unregister(self, plugin=None, name=None):
+        try:
+            return super().unregister(plugin, name)
+        finally:
+            self.hot.forget()
+
+    def set_blocked(self, name: str) -> None:
+        try:
+            super().set_blocked(name)
+        finally:
+            self.hot.forget()
+
+
+class HotHooks:
+    """Hooks called for every request, resolved once rather than through pluggy on each
+    call: ``hot.brokkr_x`` is None when no plugin implements ``brokkr_x`` (the caller then
+    skips the call and whatever it would prepare for it), the implementation itself when
+    exactly one plain implementation exists (called with the same keyword arguments, and
+    returning what pluggy would: its result for a firstresult hook, else a list of the
+    non-None results), and pluggy's hook caller otherwise (several implementations, or
+    wrappers). Registering or removing a plugin resolves every hook again."""
+
+    def __init__(self, pm: pluggy.PluginManager):
+        self._pm = pm
+
+    def forget(self) -> None:
+        for name in [n for n in vars(self) if n.startswith("brokkr_")]:
+            delattr(self, name)
+
+    def __getattr__(self, name: str):
+        if not name.startswith("brokkr_"):
+            raise AttributeError(name)
+        caller = getattr(self._pm.hook, name)
+        impls = caller.get_hookimpls()
+        if not impls:
+            resolved = None
+        elif len(impls) == 1 and not (impls[0].hookwrapper or impls[0].wrapper):
+            resolved = _direct(impls[0], bool(caller.spec and caller.spec.opts.get("firstresult")))
+        else:
+            resolved = caller
+        setattr(self, name, resolved)
+        return resolved
+
+
+def _direct(impl: pluggy.HookImpl, firstresult: bool):
+    function, names = impl.function, impl.argnames
+    if firstresult:
+
+        def call_first(**kwargs):
+            return function(*[kwargs[n] for n in names])
+
+        return call_first
+
+    def call(**kwargs):
+        result = function(*[kwargs[n] for n in names])
+        return [] if result is None else [result]
+
+    return call
+
+
 def create_plugin_manager(
     plugins: Iterable[object] = (), disabled: Iterable[str] = (), entry_points: bool = True
-) -> pluggy.PluginManager:
+) -> PluginManager:
     """A plugin manager with brokkr's hookspecs, built-in plugins, entry points and ``plugins``."""
-    pm = pluggy.PluginManager("brokkr")
+    pm = PluginManager("brokkr")
     pm.add_hookspecs(hookspecs)
     for name in disabled:
         if name in ESSENTIAL_PLUGINS:

@@ -19,7 +19,6 @@ sees every frame until the client has authenticated (and any re-authentication l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import socket
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .authenticator import SaslListener, SaslServerAuthenticator
+from .channel import Channel
 from .connections import ConnectionQuotas, RequestQueue
 from .context import ConnectionInfo
 from .dispatch import handle_frame_with_throttle
@@ -41,9 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("brokkr.server")
 
-# Stream buffer per connection: large enough that a typical 1 MiB produce frame is read
-# without pausing and resuming the transport many times.
-READ_BUFFER_BYTES = 1 << 20
 # Connections the kernel completes for a listener while the broker is not accepting
 # (max.connections reached), as Kafka's Acceptor leaves them in its backlog.
 BACKLOG = 128
@@ -52,51 +49,6 @@ CLOSE_GRACE_S = 0.1
 
 
 __all__ = ["Listener", "Server", "parse_listeners"]
-
-
-async def _let_peer_close(reader: asyncio.StreamReader) -> None:
-    """Before closing after a final error response, give the client a moment to read it
-    and close first: some clients (kafka-python) drop data that arrives with the close."""
-    with contextlib.suppress(TimeoutError, ConnectionError):
-        async with asyncio.timeout(CLOSE_GRACE_S):
-            while await reader.read(4096):
-                pass
-
-
-async def _read_body(reader: asyncio.StreamReader, size: int, idle_s: float) -> bytes:
-    """A frame's body of ``size`` bytes, held only as its bytes arrive (never allocated
-    from the declared size). As Kafka's idle expiry counts any bytes read as activity, a
-    body still arriving is waited for; TimeoutError once none has arrived for ``idle_s``."""
-    # One buffer grown in place, not a list of chunks joined at the end: with glibc's own
-    # mmap threshold (an embedded broker; `brokkr serve` fixes it, see cli.py) it kept
-    # ~100 MB of ten stalled 10 MB bodies read as chunks after their connections closed (the
-    # chunks fragment the heap); a grown buffer is its own mapping, unmapped when freed.
-    body = bytearray()
-    while len(body) < size:
-        async with asyncio.timeout(idle_s):
-            chunk = await reader.read(min(size - len(body), READ_BUFFER_BYTES))
-        if not chunk:
-            raise asyncio.IncompleteReadError(bytes(body), size)
-        if len(chunk) == size:  # the whole body at once, as most are: no copy
-            return chunk
-        body += chunk
-    return bytes(body)
-
-
-async def _drain(writer: asyncio.StreamWriter, idle_s: float) -> None:
-    """Wait until the transport takes the response (below its write buffer's high-water
-    mark). A client still reading is waited for; TimeoutError once it has taken nothing
-    for ``idle_s`` (Kafka's idle expiry: a write that makes no progress is no activity)."""
-    transport = writer.transport
-    while True:
-        unsent = transport.get_write_buffer_size()
-        try:
-            async with asyncio.timeout(idle_s):
-                await writer.drain()
-            return
-        except TimeoutError:
-            if transport.get_write_buffer_size() >= unsent:
-                raise
 
 
 class Server:
@@ -165,16 +117,14 @@ class Server:
         assert self.quotas is not None
         loop = asyncio.get_running_loop()
         try:
-            reader = asyncio.StreamReader(limit=READ_BUFFER_BYTES)
-            protocol = asyncio.StreamReaderProtocol(reader)
+            channel = Channel()
             try:
-                transport, _ = await loop.connect_accepted_socket(lambda: protocol, conn, ssl=ssl)
+                await loop.connect_accepted_socket(lambda: channel, conn, ssl=ssl)
             except (TimeoutError, OSError) as exc:  # e.g. a failed TLS handshake
                 log.info("%s: connection from %s failed before its first request: %s", listener.name, ip, exc)
                 conn.close()
                 return
-            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-            await self._serve(listener, reader, writer)
+            await self._serve(listener, channel)
         finally:
             self.quotas.release(listener.name, ip)
 
@@ -190,15 +140,16 @@ class Server:
         if self._connections:
             await asyncio.wait(list(self._connections), timeout=5)
 
-    async def _serve(self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("?", 0)
+    async def _serve(self, listener: Listener, channel: Channel) -> None:
+        transport = channel.transport
+        peer = transport.get_extra_info("peername") or ("?", 0)
         conn = ConnectionInfo(
             connection_id=f"{listener.name}-{next(self._ids)}",
             listener=listener.name,
             security_protocol=listener.security_protocol,
             client_host=str(peer[0]),
             client_port=int(peer[1]),
-            peer_certificate=writer.get_extra_info("peercert") or None,
+            peer_certificate=transport.get_extra_info("peercert") or None,
         )
         log.info("%s: connection from %s:%d", conn.connection_id, conn.client_host, conn.client_port)
         config = self.broker.config
@@ -222,9 +173,7 @@ class Server:
                     else (max_bytes, "socket.request.max.bytes")
                 )
                 try:
-                    async with asyncio.timeout(idle_s):
-                        head = await reader.readexactly(4)
-                    size = int.from_bytes(head, "big", signed=True)
+                    size = await channel.read_size(idle_s)
                     if size < 0 or size > limit:
                         log.warning(
                             "%s: frame of %d bytes is outside [0, %s=%d]; closing",
@@ -237,8 +186,8 @@ class Server:
                     # Waiting here is waiting for the broker, not the client: no idle timeout.
                     await self.requests.admit(size)
                     try:
-                        frame = await _read_body(reader, size, idle_s)
-                        keep_open, throttle_ms = await self._answer(conn, sasl, principal, frame, reader, writer)
+                        frame = await channel.read_body(size, idle_s)
+                        keep_open, throttle_ms = await self._answer(conn, sasl, principal, frame, channel)
                     finally:
                         self.requests.release(size)
                 except (asyncio.IncompleteReadError, ConnectionError):
@@ -260,10 +209,10 @@ class Server:
         except Exception:
             log.exception("%s: unexpected error; closing the connection", conn.connection_id)
         finally:
-            writer.close()
+            channel.close()
             log.info("%s: closed", conn.connection_id)
 
-    async def _answer(self, conn, sasl, principal, frame, reader, writer) -> tuple[bool, int]:
+    async def _answer(self, conn, sasl, principal, frame, channel: Channel) -> tuple[bool, int]:
         """Answer one frame: (keep the connection open?, throttle time in ms). Raises
         TimeoutError when the response cannot be written within connections.max.idle.ms."""
         idle_s = self.broker.config["connections.max.idle.ms"] / 1000
@@ -271,10 +220,12 @@ class Server:
             if sasl.intercepts(frame):
                 outcome = await sasl.authenticate(frame)
                 if outcome.response is not None:
-                    writer.write(outcome.response)
-                    await _drain(writer, idle_s)
+                    channel.write(outcome.response)
+                    await channel.drain(idle_s)
                 if not outcome.keep_open and outcome.response is not None:
-                    await _let_peer_close(reader)
+                    # Give the client a moment to read the final error and close first:
+                    # some clients (kafka-python) drop data that arrives with the close.
+                    await channel.drain_input(CLOSE_GRACE_S)
                 return outcome.keep_open, 0
             if sasl.session_expired():
                 log.info("%s: SASL session expired (connections.max.reauth.ms); closing", conn.connection_id)
@@ -287,10 +238,10 @@ class Server:
             log.warning("%s: %s; closing the connection", conn.connection_id, exc)
             return False, 0
         if response is not None:
-            writer.write(response)
+            channel.write(response)
             # The transport holds what is unsent; dropping our reference now means a failed
             # drain's traceback (kept in reference cycles until the next full collection)
             # does not keep a large response alive after its client is gone.
             del response
-            await _drain(writer, idle_s)  # a client that stops reading is closed like an idle one
+            await channel.drain(idle_s)  # a client that stops reading is closed like an idle one
         return True, throttle_ms

@@ -14,9 +14,10 @@ from brokkr.core.context import Principal
 from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import BUILTIN_PLUGINS, create_plugin_manager, hookimpl
 from brokkr.core.protocol.frames import request_spec
+from brokkr.core.testing import RawClient
 from confluent_kafka import Consumer, Producer, TopicPartition
 from txn_wire import UNVERIFIED, end_txn, txn_batch, txn_produce
-from wire import batch
+from wire import METADATA, PRODUCE, batch, metadata_body, produce_body
 
 HOOKS = sorted(name for name in dir(hookspecs) if name.startswith("brokkr_"))
 
@@ -84,7 +85,7 @@ class EveryHook:
         return None  # defer to the built-in ACL authorizer (off: SECURITY_DISABLED)
 
     @hookimpl
-    def brokkr_quota_throttle_ms(self, quota_type, amount):
+    def brokkr_quota_throttle_ms(self, usage):
         self.calls["brokkr_quota_throttle_ms"] += 1
         return 0
 
@@ -235,3 +236,47 @@ def test_a_users_firstresult_plugin_wins_over_the_builtin(brokkr_broker_factory)
     with RawClient(broker.bootstrap_servers) as c:
         response = c.request(0, 9, body)
     assert response.responses[0].partition_responses[0].error_code == 29  # TOPIC_AUTHORIZATION_FAILED
+
+
+class _Appends:
+    def __init__(self):
+        self.seen = 0
+
+    @hookimpl
+    def brokkr_after_log_append(self, info):
+        self.seen += info.record_count
+
+
+def test_hot_hooks_resolve_to_nothing_one_implementation_or_pluggy():
+    pm = create_plugin_manager(entry_points=False)
+    assert pm.hot.brokkr_segment_rolled is None, "nobody implements it: not called at all"
+    first, second = _Appends(), _Appends()
+    pm.register(first)
+    direct = pm.hot.brokkr_after_log_append
+    assert direct is not pm.hook.brokkr_after_log_append, "one plain implementation is called directly"
+
+    class Info:
+        record_count = 3
+
+    assert direct(partition=None, info=Info, broker=None) == [] and first.seen == 3
+    pm.register(second)
+    assert pm.hot.brokkr_after_log_append is pm.hook.brokkr_after_log_append, "several: through pluggy"
+    pm.hot.brokkr_after_log_append(partition=None, info=Info, broker=None)
+    assert (first.seen, second.seen) == (6, 3)
+    pm.unregister(first)
+    pm.unregister(second)
+    assert pm.hot.brokkr_after_log_append is None
+    assert pm.hot.brokkr_decode_request is not None, "firstresult: the built-in decoder, directly"
+
+
+def test_a_plugin_registered_while_serving_sees_the_next_request(brokkr_broker):
+    observer = _Appends()
+    with RawClient(brokkr_broker.bootstrap_servers) as c:
+        assert c.request(METADATA, 12, metadata_body("late")).topics[0].error_code == 0
+        assert c.request(PRODUCE, 9, produce_body("late", batch(2))).responses
+        brokkr_broker.pm.register(observer)
+        assert c.request(PRODUCE, 9, produce_body("late", batch(3))).responses
+        assert observer.seen == 3
+        brokkr_broker.pm.unregister(observer)
+        assert c.request(PRODUCE, 9, produce_body("late", batch(4))).responses
+        assert observer.seen == 3

@@ -80,7 +80,7 @@ def test_counters_move_by_what_was_produced_and_fetched(brokkr_broker_factory):
 
 
 def test_with_metrics_off_nothing_is_on_the_request_path(brokkr_broker):
-    assert brokkr_broker.requests_observed is False
+    assert brokkr_broker.hot.brokkr_request_completed is None
     assert not [p for p in brokkr_broker.pm.get_plugins() if isinstance(p, BrokerMetrics)]
     impls = brokkr_broker.hook.brokkr_after_log_append.get_hookimpls()
     assert not any("metrics" in impl.plugin_name for impl in impls)

@@ -105,4 +105,4 @@ def test_idle_built_in_plugins_are_not_on_the_hot_path(brokkr_broker):
     assert not any("acl" in name for name in implementers("brokkr_authorize")), "no authorizer configured"
     for hook in ("brokkr_segment_rolled", "brokkr_high_watermark_advanced", "brokkr_after_log_append"):
         assert not any("sink" in name or "metrics" in name for name in implementers(hook)), hook
-    assert brokkr_broker.requests_observed is False
+    assert brokkr_broker.hot.brokkr_request_completed is None

@@ -145,6 +145,5 @@ def cluster_authorized_operations(broker, ctx) -> int:
 @attrs.frozen
 class NoResponse:
     """A handler's answer when the client expects none (Produce with acks=0): nothing is
-    sent, but the connection is still not read for ``throttle_time_ms`` (KIP-219)."""
-
-    throttle_time_ms: int = 0
+    sent, but the connection is still not read for the throttle time of the request's
+    usage (KIP-219)."""

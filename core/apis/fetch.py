@@ -163,8 +163,8 @@ async def handle(broker, ctx, request):
         await broker.purgatory.wait(DelayedOperation(request.max_wait_ms, enough), watched)
         responses, total = _read_all(broker, plan, max_bytes, follower, committed)
 
-    throttle = broker.throttle_ms(ctx, "fetch", total)
-    return FetchResponse(throttle_time_ms=throttle, error_code=ErrorCode.NONE, session_id=0, responses=responses)
+    ctx.usage["fetch"] = total
+    return FetchResponse(error_code=ErrorCode.NONE, session_id=0, responses=responses)
 
 
 def _add_divergent(request, responses, divergent: dict, broker) -> None:

@@ -84,14 +84,14 @@ async def handle(broker, ctx, request):
             results.append(res)
         responses.append(TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=results))
 
-    throttle = broker.throttle_ms(ctx, "produce", produced_bytes)
+    ctx.usage["produce"] = produced_bytes
     if acks == 0:
         if failed:
             raise CloseConnection()
-        return NoResponse(throttle)  # no answer, but a bandwidth throttle still mutes the connection
+        return NoResponse()  # no answer, but a bandwidth throttle still mutes the connection
     if waiting:
         await _await_replication(broker, request.timeout_ms, waiting)
-    return ProduceResponse(responses=responses, throttle_time_ms=throttle)
+    return ProduceResponse(responses=responses)
 
 
 def _transactional_headers(request) -> dict[int, BatchHeader]:
@@ -182,9 +182,7 @@ async def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProdu
             f"of {partition.config['min.insync.replicas']} for partition {partition.name}",
         ), -1
     try:
-        validated = broker.hook.brokkr_validate_records(
-            partition=partition, records=records, context=ctx, broker=broker
-        )
+        validated = broker.hot.brokkr_validate_records(partition=partition, records=records, context=ctx, broker=broker)
         if not isinstance(validated, ValidatedRecords):  # a walk off the event loop
             validated = await validated
             if broker.partition(partition.topic.name, partition.index) is not partition:  # deleted meanwhile

@@ -65,8 +65,9 @@ class FairQuota:
         self.buckets = {prefix: Bucket(rate) for prefix, rate in rates.items()}
 
     @hookimpl
-    def brokkr_quota_throttle_ms(self, context, quota_type, amount):
-        if quota_type != "produce":
+    def brokkr_quota_throttle_ms(self, context, usage):
+        amount = usage.get("produce")
+        if amount is None:
             return None
         client_id = context.client_id or ""
         for prefix, bucket in self.buckets.items():

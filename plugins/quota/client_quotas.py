@@ -129,8 +129,11 @@ class ClientQuotaManager:
     registered as a plugin of that broker (``brokkr_broker_starting``)."""
 
     @hookimpl
-    def brokkr_quota_throttle_ms(self, context, quota_type, amount):
-        return self.record(quota_type, context.principal.name, context.client_id or "", amount)
+    def brokkr_quota_throttle_ms(self, context, usage):
+        if not self._keys_set:  # no quota set anywhere: nothing to record
+            return None
+        user, client_id = context.principal.name, context.client_id or ""
+        return max(self.record(quota_type, user, client_id, amount) for quota_type, amount in usage.items())
 
     @hookimpl(trylast=True)  # a built-in default: another plugin's store wins
     def brokkr_client_quota_store(self):

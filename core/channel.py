@@ -1,0 +1,222 @@
+"""One client connection's bytes: request frames in, response frames out (Kafka's
+KafkaChannel with its NetworkReceive and Send).
+
+:class:`Channel` is an :class:`asyncio.BufferedProtocol`: the transport reads straight
+into memory the channel hands it, with no StreamReader between them. Size prefixes and
+small frames land in a fixed read buffer (several pipelined requests at once); a frame
+body gets a bytearray of its own, which the transport fills directly once the body's
+first bytes have been copied over. The body is never allocated from its declared size
+alone: it starts at up to ``BODY_STEP`` bytes and doubles as its bytes arrive, so a
+client that declares a large frame and stalls holds little memory. The body handed to
+the broker is writable and belongs to that request alone, which lets validation stamp
+offsets into the records in place instead of copying them.
+
+Reading stops (the transport is paused) while the read buffer is full and no body is
+being read: a connection whose requests the broker is not taking (a request in flight,
+a throttle, the request queue full) holds at most ``READ_BUFFER_BYTES`` of unread input.
+
+Idle time is Kafka's: a wait for input fails with TimeoutError after ``idle_s`` seconds
+without a byte, measured from the start of the wait or the last byte that arrived during
+it; a wait for the transport to take a response fails after ``idle_s`` seconds in which
+it took nothing. One timer per wait, re-armed only when it fires early, never per read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+#: Fixed per-connection buffer for size prefixes and small (pipelined) frames.
+READ_BUFFER_BYTES = 64 * 1024
+#: A body's first allocation, and the largest step it grows by beyond doubling.
+BODY_STEP = 1 << 20
+_SIZE_BYTES = 4
+
+
+class Channel(asyncio.BufferedProtocol):
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._buf = bytearray(READ_BUFFER_BYTES)
+        self._start = 0  # unread bytes are self._buf[self._start:self._end]
+        self._end = 0
+        self._body: bytearray | None = None  # the body being read, and its wanted size
+        self._body_size = 0
+        self._body_filled = 0
+        self._into_body = False  # where the transport's next bytes go
+        self._waiter: asyncio.Future | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._last_input = 0.0
+        self._eof = False
+        self._lost: BaseException | None = None
+        self._closed = False
+        self._reading_paused = False
+        self._writing_paused = False
+        self._drain_waiter: asyncio.Future | None = None
+
+    # -- asyncio.BufferedProtocol ---------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        body = self._body
+        self._into_body = body is not None and self._body_filled < self._body_size
+        if self._into_body:
+            if self._body_filled == len(body):  # grow: double, by at most BODY_STEP, never past the size
+                grown = bytearray(min(self._body_size, len(body) + min(len(body), BODY_STEP)))
+                grown[: len(body)] = body
+                self._body = body = grown
+            return memoryview(body)[self._body_filled :]
+        if self._end == len(self._buf):  # compact what is unread to the front
+            self._buf[: self._end - self._start] = self._buf[self._start : self._end]
+            self._end -= self._start
+            self._start = 0
+        return memoryview(self._buf)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._last_input = time.monotonic()
+        if self._into_body:
+            self._body_filled += nbytes
+        else:
+            self._end += nbytes
+            if self._end == len(self._buf) and self._start == 0:
+                self._pause_reading()  # full, and none of it taken: wait for the broker
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return False  # close the transport
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._closed = True
+        self._lost = exc
+        self._wake()
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ConnectionResetError("connection lost"))
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def read_size(self, idle_s: float) -> int:
+        """The next frame's size prefix (signed, as sent). IncompleteReadError at the end
+        of input, ConnectionError when the connection is lost, TimeoutError when idle."""
+        while self._end - self._start < _SIZE_BYTES:
+            await self._wait(idle_s, _SIZE_BYTES - (self._end - self._start))
+        size = int.from_bytes(self._buf[self._start : self._start + _SIZE_BYTES], "big", signed=True)
+        self._start += _SIZE_BYTES
+        return size
+
+    async def read_body(self, size: int, idle_s: float) -> bytearray:
+        """The ``size`` bytes of a frame's body (its size checked by the caller)."""
+        buffered = self._end - self._start
+        if buffered >= size:  # all here already (small or pipelined frames)
+            body = self._buf[self._start : self._start + size]
+            self._taken(size)
+            return body
+        body = bytearray(min(size, max(buffered, BODY_STEP)))
+        body[:buffered] = memoryview(self._buf)[self._start : self._end]
+        self._taken(buffered)
+        self._body, self._body_size, self._body_filled = body, size, buffered
+        try:
+            while self._body_filled < size:
+                await self._wait(idle_s, size - self._body_filled)
+            return self._body
+        finally:
+            self._body = None
+
+    async def drain_input(self, grace_s: float) -> None:
+        """Read and drop input until the peer closes or ``grace_s`` passes (a final error
+        response, waiting for the client to close first)."""
+        deadline = time.monotonic() + grace_s
+        while (left := deadline - time.monotonic()) > 0:
+            self._start = self._end = 0
+            self._resume_reading()
+            try:
+                await self._wait(left, 1)
+            except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+                return
+
+    def _taken(self, n: int) -> None:
+        self._start += n
+        if self._start == self._end:
+            self._start = self._end = 0
+        self._resume_reading()
+
+    async def _wait(self, idle_s: float, wanted: int) -> None:
+        if self._lost is not None or self._closed:
+            raise ConnectionResetError("connection lost") from self._lost
+        if self._eof:
+            raise asyncio.IncompleteReadError(b"", wanted)
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        self._resume_reading()
+        started = time.monotonic()
+        self._timer = loop.call_later(idle_s, self._check_idle, waiter, idle_s, started)
+        try:
+            await waiter
+        finally:
+            self._timer.cancel()
+            self._waiter = None
+
+    def _check_idle(self, waiter: asyncio.Future, idle_s: float, started: float) -> None:
+        if waiter.done():
+            return
+        quiet = time.monotonic() - max(started, self._last_input)
+        if quiet >= idle_s:
+            waiter.set_exception(TimeoutError())
+        else:  # bytes arrived meanwhile: the connection is not idle yet
+            self._timer = asyncio.get_running_loop().call_later(
+                idle_s - quiet, self._check_idle, waiter, idle_s, started
+            )
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None and not self._closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and not self._closed:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    # -- writing --------------------------------------------------------------------------
+
+    def write(self, data) -> None:
+        self.transport.write(data)
+
+    async def drain(self, idle_s: float) -> None:
+        """Wait until the transport takes what was written (below its high-water mark).
+        A client still reading is waited for; TimeoutError once it has taken nothing for
+        ``idle_s`` (Kafka's idle expiry: a write that makes no progress is no activity)."""
+        while self._writing_paused:
+            if self._closed:
+                raise ConnectionResetError("connection lost")
+            unsent = self.transport.get_write_buffer_size()
+            self._drain_waiter = waiter = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(idle_s):
+                    await waiter
+            except TimeoutError:
+                if self.transport.get_write_buffer_size() >= unsent:
+                    raise
+        if self._closed:
+            raise ConnectionResetError("connection lost")
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()

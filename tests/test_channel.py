@@ -1,0 +1,73 @@
+"""Frames as the connection's Channel reads them (core/channel.py): pipelined requests in
+one write, a frame larger than the read buffer and its first body step arriving with
+others behind it, frames cut at every boundary, and the answers in request order."""
+
+from __future__ import annotations
+
+import time
+
+from brokkr.core.channel import BODY_STEP, READ_BUFFER_BYTES
+from brokkr.core.errors import ErrorCode
+from brokkr.core.protocol.frames import encode_request, request_spec
+from brokkr.core.protocol.records import iter_batches_untrusted
+from brokkr.core.testing import RawClient
+from wire import API_VERSIONS, FETCH, METADATA, PRODUCE, batch, fetch_body, metadata_body, produce_body
+
+API_VERSIONS_BODY = request_spec(API_VERSIONS).cls()
+
+
+def _answers(client: RawClient, expected: list[tuple[int, int, int]]) -> list:
+    """Read one response per (correlation id, api key, version), checking the order."""
+    bodies = []
+    for correlation_id, api_key, version in expected:
+        got, body = client.receive(api_key, version)
+        assert got == correlation_id, "responses come back in request order"
+        bodies.append(body)
+    return bodies
+
+
+def test_pipelined_frames_in_one_write_are_each_answered_in_order(brokkr_broker_factory):
+    broker = brokkr_broker_factory({"message.max.bytes": str(8 << 20)})
+    with RawClient(broker.bootstrap_servers) as c:
+        assert c.request(METADATA, 12, metadata_body("piped")).topics[0].error_code == 0
+        big = batch(3000, value=b"v" * 1000)  # ~3 MB: past the read buffer and the first body step
+        assert len(big) > BODY_STEP + READ_BUFFER_BYTES
+        frames, expected = [], []
+        for i in range(60):
+            if i % 20 == 10:
+                frames.append(encode_request(PRODUCE, 9, i, "piped", produce_body("piped", big)))
+                expected.append((i, PRODUCE, 9))
+            elif i % 2:
+                frames.append(encode_request(PRODUCE, 9, i, "piped", produce_body("piped", batch(5))))
+                expected.append((i, PRODUCE, 9))
+            else:
+                frames.append(encode_request(API_VERSIONS, 0, i, "piped", API_VERSIONS_BODY))
+                expected.append((i, API_VERSIONS, 0))
+        c.sock.sendall(b"".join(frames))
+        answers = _answers(c, expected)
+        produced = [a.responses[0].partition_responses[0] for a in answers if hasattr(a, "responses")]
+        assert [(p.error_code, p.error_message) for p in produced if p.error_code] == []
+        offsets = [p.base_offset for p in produced]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+        fetched = c.request(FETCH, 12, fetch_body("piped", max_bytes=64 << 20, partition_max_bytes=64 << 20))
+        records = fetched.responses[0].partitions[0].records
+        assert sum(h.record_count for h in iter_batches_untrusted(records)) == 30 * 5 + 3 * 3000
+
+
+def test_frames_cut_at_every_byte_boundary_are_reassembled(brokkr_broker):
+    """Two requests sent in pieces of 1, 2, 3, ... bytes, with pauses: the size prefix, the
+    header and the body each arrive split."""
+    with RawClient(brokkr_broker.bootstrap_servers) as c:
+        assert c.request(METADATA, 12, metadata_body("cut")).topics[0].error_code == 0
+        data = encode_request(PRODUCE, 9, 7, "cut", produce_body("cut", batch(3))) + encode_request(
+            API_VERSIONS, 0, 8, "cut", API_VERSIONS_BODY
+        )
+        pos, step = 0, 1
+        while pos < len(data):
+            c.sock.sendall(data[pos : pos + step])
+            pos += step
+            step = step % 7 + 1
+            if pos % 5 == 0:
+                time.sleep(0.001)
+        produced, _ = _answers(c, [(7, PRODUCE, 9), (8, API_VERSIONS, 0)])
+        assert produced.responses[0].partition_responses[0].error_code == ErrorCode.NONE
