@@ -95,11 +95,17 @@ class PartitionLog(Protocol):
         """One past the last offset appended."""
 
     def append(
-        self, records: bytearray, first_offset: int, last_offset: int, max_timestamp: int, record_count: int
+        self,
+        records: bytearray | memoryview,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        record_count: int,
     ) -> AppendInfo:
         """Store ``records`` (whole batches, offsets already assigned, first at
-        ``log_end_offset``). The log owns ``records`` from here on: the core never touches
-        it again, so it may be kept without copying. Return what was stored, with
+        ``log_end_offset``): a bytearray, or a writable memoryview into the request frame
+        they arrived in (no copy was made). The log owns ``records`` from here on: the core
+        never touches it again, so it may be kept without copying. Return what was stored, with
         ``rolled`` set if the append closed a segment."""
 
     def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes:

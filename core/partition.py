@@ -193,7 +193,9 @@ class Partition:
         self.bytes_appended += info.size
         return info
 
-    def _append_stored(self, records: bytearray, first: int, last: int, max_timestamp: int, count: int) -> AppendInfo:
+    def _append_stored(
+        self, records: bytearray | memoryview, first: int, last: int, max_timestamp: int, count: int
+    ) -> AppendInfo:
         try:
             info = self.log.append(records, first, last, max_timestamp, count)
         except OSError as exc:  # the log dropped the partial batch; say so once per spell of failures

@@ -73,16 +73,24 @@ INLINE_DECOMPRESSED_BYTES = 1 << 20
 
 @attrs.frozen
 class ValidatedRecords:
-    """Records ready for offset assignment: a private, mutable copy and its batch headers,
-    as they will be stored (``max_timestamp`` included). ``log_append_time`` is the
+    """Records ready for offset assignment, private and mutable (see :func:`own`), and their
+    batch headers, as they will be stored (``max_timestamp`` included). ``log_append_time`` is the
     broker's time stamped on them under LogAppendTime, else -1, as the Produce response's
     ``log_append_time_ms`` reports it."""
 
-    records: bytearray
+    records: bytearray | memoryview
     batches: list[BatchHeader]
     record_count: int
     max_timestamp: int
     log_append_time: int = NO_TIMESTAMP
+
+
+def own(records: memoryview) -> bytearray | memoryview:
+    """Records the append may stamp offsets into: the request's own bytes when they are
+    writable (the frame body a connection hands to its request alone, see
+    :mod:`brokkr.core.channel`), so that the bytes go from the socket to the log without
+    a copy; else (bytes, e.g. a frame a test or tool built) a copy."""
+    return records if not records.readonly else bytearray(records)
 
 
 class RecordsError(BrokkrError):
@@ -133,7 +141,7 @@ def prepare_batch(
         )
     rules = RecordRules.of(partition, now)
     if header.codec == NONE_ID and target == NONE_ID and not rules.need_records(header):
-        buf = bytearray(records)
+        buf = own(records)
         max_timestamp = now if rules.log_append_time else header.max_timestamp
         header = set_max_timestamp(buf, header, max_timestamp, rules.log_append_time)
         log_append_time = now if rules.log_append_time else NO_TIMESTAMP
@@ -203,7 +211,7 @@ class RecordWalk:
         log_append_time = rules.now if rules.log_append_time else NO_TIMESTAMP
         # Kafka checks inner offsets on its compressed path only; uncompressed batches keep theirs.
         if header.codec == self.target and (self.target == NONE_ID or sequential_offsets(scan)):
-            buf = bytearray(records)
+            buf = own(records)
             header = set_max_timestamp(buf, header, max_timestamp, rules.log_append_time)
         else:
             buf = rebuild(header, payload, scan, codecs[self.target], max_timestamp, rules.log_append_time)

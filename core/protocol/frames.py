@@ -16,6 +16,7 @@ from importlib import resources
 import attrs
 
 from ..errors import CorruptRequest, UnknownApi
+from . import produce_codec
 from .primitives import Reader, Writer
 from .schema import MessageSpec, load_message
 
@@ -129,7 +130,8 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body) -
     w.int32(correlation_id)
     if response_header_version(api_key, spec, api_version) >= 1:
         w.uvarint(0)
-    spec.encode(api_version, body, w)
+    if api_key != produce_codec.KEY or not produce_codec.encode_response(api_version, body, w):
+        spec.encode(api_version, body, w)
     _SIZE.pack_into(w.buf, 0, len(w.buf) - 4)
     return bytes(w.buf)
 

@@ -230,7 +230,7 @@ class LogSegment:
             or last_offset - self.base_offset > INT32_MAX
         )
 
-    def append(self, records: bytearray | bytes) -> None:
+    def append(self, records: bytearray | memoryview | bytes) -> None:
         """Write whole batches at the end of the log and index them."""
         position = self.size
         written = 0
