@@ -17,6 +17,15 @@ REQ, RESP = request_spec(0), response_spec(0)
 VERSIONS = range(REQ.valid[0], REQ.valid[1] + 1)
 
 
+def _named(topic, rng: random.Random, version: int, t: int):
+    """A topic by id from v13, else by name."""
+    if version >= 13:
+        topic.topic_id = uuid.UUID(int=rng.getrandbits(128))
+    else:
+        topic.name = f"tópic-{t}-{rng.randint(0, 999)}"
+    return topic
+
+
 def _request(rng: random.Random, version: int):
     topics = []
     for t in range(rng.randint(0, 3)):
@@ -26,12 +35,7 @@ def _request(rng: random.Random, version: int):
             )
             for _ in range(rng.randint(0, 3))
         ]
-        topic = REQ.struct("TopicProduceData")(partition_data=parts)
-        if version >= 13:
-            topic.topic_id = uuid.UUID(int=rng.getrandbits(128))
-        else:
-            topic.name = f"tópic-{t}-{rng.randint(0, 999)}"
-        topics.append(topic)
+        topics.append(_named(REQ.struct("TopicProduceData")(partition_data=parts), rng, version, t))
     return REQ.cls(
         transactional_id=rng.choice([None, "", "txn-ü"]),
         acks=rng.choice([-1, 0, 1, 7]),
@@ -59,12 +63,7 @@ def _response(rng: random.Random, version: int):
                 for _ in range(rng.randint(0, 2))
             ]
             parts.append(p)
-        topic = RESP.struct("TopicProduceResponse")(partition_responses=parts)
-        if version >= 13:
-            topic.topic_id = uuid.UUID(int=rng.getrandbits(128))
-        else:
-            topic.name = f"t{t}"
-        topics.append(topic)
+        topics.append(_named(RESP.struct("TopicProduceResponse")(partition_responses=parts), rng, version, t))
     return RESP.cls(responses=topics, throttle_time_ms=rng.randint(0, 5000))
 
 
