@@ -185,18 +185,22 @@ class Channel(asyncio.BufferedProtocol):
             waiter.set_result(None)
 
     def _pause_reading(self) -> None:
-        if not self._reading_paused and self.transport is not None and not self._closed:
+        if not self._reading_paused and self.transport is not None and not self.transport.is_closing():
             self._reading_paused = True
             self.transport.pause_reading()
 
     def _resume_reading(self) -> None:
-        if self._reading_paused and not self._closed:
+        if self._reading_paused and not self.transport.is_closing():
             self._reading_paused = False
             self.transport.resume_reading()
 
     # -- writing --------------------------------------------------------------------------
 
     def write(self, data) -> None:
+        """Queue ``data`` for the client; ConnectionResetError once the connection is going
+        (asyncio would drop the data silently, uvloop raise RuntimeError)."""
+        if self._closed or self.transport.is_closing():
+            raise ConnectionResetError("connection lost")
         self.transport.write(data)
 
     async def drain(self, idle_s: float) -> None:
@@ -204,7 +208,7 @@ class Channel(asyncio.BufferedProtocol):
         A client still reading is waited for; TimeoutError once it has taken nothing for
         ``idle_s`` (Kafka's idle expiry: a write that makes no progress is no activity)."""
         while self._writing_paused:
-            if self._closed:
+            if self._closed or self.transport.is_closing():
                 raise ConnectionResetError("connection lost")
             unsent = self.transport.get_write_buffer_size()
             self._drain_waiter = waiter = asyncio.get_running_loop().create_future()

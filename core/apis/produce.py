@@ -13,7 +13,15 @@ import logging
 from ..authorization import AclOperation, Action, ResourceType
 from ..errors import CloseConnection, CorruptRequest, ErrorCode
 from ..protocol.frames import response_spec
-from ..protocol.records import BatchHeader, iter_batches_untrusted
+from ..protocol.records import (
+    ATTRIBUTES_OFFSET,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    TRANSACTIONAL_FLAG,
+    BatchHeader,
+    iter_batches_untrusted,
+)
 from ..validation import RecordsError, ValidatedRecords
 from . import Api
 from .common import NoResponse, partition_of, resolve_topic
@@ -101,19 +109,34 @@ def _transactional_headers(request) -> dict[int, BatchHeader]:
     found = {}
     for t in request.topic_data:
         for pd in t.partition_data:
-            try:
-                h = next((h for h in iter_batches_untrusted(pd.records or b"") if h.is_transactional), None)
-            except CorruptRequest:
-                continue
+            h = _first_transactional(pd.records)
             if h is not None:
                 found[id(pd)] = h
     return found
+
+
+def _first_transactional(records: memoryview | None) -> BatchHeader | None:
+    if records is None:
+        return None
+    if (
+        len(records) >= HEADER_SIZE
+        and records[MAGIC_OFFSET] == 2
+        and not records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG
+        and int.from_bytes(records[8:12], "big", signed=True) + LOG_OVERHEAD == len(records)
+    ):
+        return None  # one plain batch, as Produce v3+ sends: known without decoding its header
+    try:
+        return next((h for h in iter_batches_untrusted(records) if h.is_transactional), None)
+    except CorruptRequest:
+        return None
 
 
 async def _verify_transaction(broker, ctx, request, transactional, topics, allowed) -> dict[int, ErrorCode]:
     """KIP-890 part 1: ask ``brokkr_transaction_verify`` (once) about the partitions whose
     transactional batch would start a transaction (no open one of that producer and epoch
     there). Returns the error code per partition data id; empty when nothing was asked."""
+    if not transactional:
+        return {}
     asked: dict[tuple[str, int], int] = {}
     first = None
     for t, topic, code in topics:

@@ -96,6 +96,10 @@ class Reader:
 
     def uvarint(self) -> int:
         """Unsigned LEB128 varint, at most 5 bytes (an int32), as Kafka's ByteUtils."""
+        pos = self.pos
+        if pos < self.end and (byte := self.buf[pos]) < 0x80:  # one byte, as most are
+            self.pos = pos + 1
+            return byte
         value, self.pos = decode_uvarint(self.buf, self.pos, self.end, VARINT_MAX_BYTES)
         return value
 
