@@ -17,8 +17,9 @@ a throttle, the request queue full) holds at most ``READ_BUFFER_BYTES`` of unrea
 
 Idle time is Kafka's: a wait for input fails with TimeoutError after ``idle_s`` seconds
 without a byte, measured from the start of the wait or the last byte that arrived during
-it; a wait for the transport to take a response fails after ``idle_s`` seconds in which
-it took nothing. One timer per wait, re-armed only when it fires early, never per read.
+it, unless the client is still taking the end of a response (the write buffer shrank
+since the timer last looked); a wait for the transport to take a response fails after
+``idle_s`` seconds in which it took nothing. One timer per wait, re-armed only when it fires early, never per read.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Channel(asyncio.BufferedProtocol):
         self._into_body = False  # where the transport's next bytes go
         self._waiter: asyncio.Future | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._unsent = 0  # the write buffer's size when last seen by the idle timer
         self._last_input = 0.0
         self._eof = False
         self._lost: BaseException | None = None
@@ -171,6 +173,10 @@ class Channel(asyncio.BufferedProtocol):
     def _check_idle(self, waiter: asyncio.Future, idle_s: float, started: float) -> None:
         if waiter.done():
             return
+        unsent = self.transport.get_write_buffer_size()
+        if unsent and unsent != self._unsent:  # the client is still taking the last response
+            self._unsent = unsent
+            self._last_input = time.monotonic()
         quiet = time.monotonic() - max(started, self._last_input)
         if quiet >= idle_s:
             waiter.set_exception(TimeoutError())
