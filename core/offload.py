@@ -69,7 +69,7 @@ def _exit_with_broker(broker_pid: int) -> None:
 
 
 def _run(walk: RecordWalk) -> ValidatedRecords:
-    return walk.run(_worker_codecs)
+    return walk.run(_worker_codecs, elsewhere=True)
 
 
 class OffloadPool:
@@ -88,10 +88,10 @@ class OffloadPool:
         if walk.header.codec not in self._classes or walk.target not in self._classes:
             return walk.run(self.codecs)  # a codec the workers cannot rebuild: here, as before
         async with self._slots:
-            walk = attrs.evolve(walk, records=bytes(walk.records))  # copied only once a worker is free
+            sent = attrs.evolve(walk, records=bytes(walk.records))  # copied only once a worker is free
             loop = asyncio.get_running_loop()
             try:
-                return await loop.run_in_executor(self._executor(), _run, walk)
+                return walk.kept(await loop.run_in_executor(self._executor(), _run, sent))
             except BrokenProcessPool:  # a worker died (killed, out of memory): start afresh next time
                 log.error("a record-walk worker died; restarting the pool")
                 self._pool = None

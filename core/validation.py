@@ -188,9 +188,13 @@ class RecordWalk:
         compressed batch that turns out larger is walked elsewhere: see ``run``)."""
         return self.header.record_count <= INLINE_RECORDS and len(self.records) <= INLINE_BYTES
 
-    def run(self, codecs: dict[int, Codec], decompressed_cap: int | None = None) -> ValidatedRecords:
+    def run(
+        self, codecs: dict[int, Codec], decompressed_cap: int | None = None, elsewhere: bool = False
+    ) -> ValidatedRecords:
         """Raises RecordsError, or :class:`TooLargeToRunHere` when the records decompress
-        to more than ``decompressed_cap`` bytes."""
+        to more than ``decompressed_cap`` bytes. Run ``elsewhere`` (another process), a
+        batch kept as it came is answered without its bytes (``records`` None), which
+        :meth:`kept` then stamps into the caller's own: only a rebuilt batch travels back."""
         header, rules = self.header, self.rules
         records = memoryview(self.records)
         capped = decompressed_cap is not None and decompressed_cap < self.max_decompressed_size
@@ -211,6 +215,8 @@ class RecordWalk:
         log_append_time = rules.now if rules.log_append_time else NO_TIMESTAMP
         # Kafka checks inner offsets on its compressed path only; uncompressed batches keep theirs.
         if header.codec == self.target and (self.target == NONE_ID or sequential_offsets(scan)):
+            if elsewhere:
+                return ValidatedRecords(None, [header], header.record_count, max_timestamp, log_append_time)
             buf = own(records)
             header = set_max_timestamp(buf, header, max_timestamp, rules.log_append_time)
         else:
@@ -223,6 +229,15 @@ class RecordWalk:
                     f"exceeds the maximum configured size of {self.max_message_bytes}.",
                 )
         return ValidatedRecords(buf, [header], header.record_count, max_timestamp, log_append_time)
+
+    def kept(self, outcome: ValidatedRecords) -> ValidatedRecords:
+        """The outcome of a walk run elsewhere, with this walk's records in it when the
+        batch was kept as it came (its max timestamp stamped in place)."""
+        if outcome.records is not None:
+            return outcome
+        buf = own(memoryview(self.records))
+        header = set_max_timestamp(buf, self.header, outcome.max_timestamp, self.rules.log_append_time)
+        return attrs.evolve(outcome, records=buf, batches=[header])
 
 
 class TooLargeToRunHere(Exception):
