@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import random
 import statistics
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from brokkr.plugins.codecs.lz4 import Lz4Codec
 from brokkr.plugins.codecs.none import NoneCodec
 from brokkr.plugins.codecs.snappy import SnappyCodec
 from brokkr.plugins.codecs.zstd import ZstdCodec
-from produce import create_topic, free_port, start_broker, stop_broker
+from produce import create_topic, event_records, free_port, start_broker, stop_broker
 from raw_produce import PRODUCE_VERSION, produce_frame, timed_run
 
 CODECS: dict[str, Codec] = {c.name: c for c in (NoneCodec(), GzipCodec(), SnappyCodec(), Lz4Codec(), ZstdCodec())}
@@ -87,19 +86,6 @@ def default_cases() -> list[Case]:
     cases += [Case("gzip", "zstd"), Case("zstd", "gzip"), Case("snappy", "lz4"), Case("lz4", "snappy")]
     cases += [Case("none", "producer", log_append_time=True), Case("zstd", "producer", log_append_time=True)]
     return cases
-
-
-def event_records(count: int, value_size: int, seed: int = 7) -> list[tuple[bytes, bytes]]:
-    """Keyed records whose values repeat words and fields, as JSON-ish events do."""
-    rng = random.Random(seed)
-    words = [b"user", b"order", b"click", b"view", b"cart", b"price", b"region", b"session", b"status", b"item"]
-    records = []
-    for i in range(count):
-        value = bytearray()
-        while len(value) < value_size:
-            value += b'"%s":%d,' % (rng.choice(words), rng.randrange(100_000))
-        records.append((b"key-%d" % i, bytes(value[:value_size])))
-    return records
 
 
 def run_case(bootstrap: str, pid: int, case: Case, topic: str, section: bytes, records, args) -> dict:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import socket
 import statistics
@@ -84,18 +85,112 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def create_topic(bootstrap: str, topic: str, config: dict[str, str] | None = None) -> None:
+def descendants_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds of a process's descendants (brokkr's offload workers): the live ones from
+    /proc, plus the children it has already waited for (its cutime + cstime). None off Linux."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # ended meanwhile
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        total = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier and child not in found}
+        found |= frontier
+    return total + sum(cpu_seconds(child) or 0.0 for child in found)
+
+
+def tree_cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """(the process's own, its descendants') CPU seconds; None off Linux."""
+    own, descendants = cpu_seconds(pid), descendants_cpu_seconds(pid)
+    return None if own is None or descendants is None else (own, descendants)
+
+
+class CpuMeter:
+    """A broker's CPU over a timed stretch, in percent of one core: its process tree (brokkr
+    and its offload workers) and the workers alone. None values off Linux."""
+
+    def __init__(self, pid: int | None):
+        self.pid = pid
+        self.before = tree_cpu_seconds(pid) if pid else None
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> dict:
+        elapsed = time.perf_counter() - self.t0
+        after = tree_cpu_seconds(self.pid) if self.pid else None
+        if self.before is None or after is None:
+            return {"seconds": elapsed, "broker_cpu_pct": None, "workers_cpu_pct": None}
+        own, workers = (100 * (a - b) / elapsed for a, b in zip(after, self.before))
+        return {"seconds": elapsed, "broker_cpu_pct": own + workers, "workers_cpu_pct": workers}
+
+
+def create_topic(bootstrap: str, topic: str, config: dict[str, str] | None = None, partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})  # keep a reference: the futures need it alive
     futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=1, replication_factor=1, config=config or {})],
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
         operation_timeout=10,
         request_timeout=15,
     )
     futures[topic].result(timeout=15)
 
 
-def produce_batch(producer: Producer, topic: str, n: int, value: bytes, latencies: list, errors: list) -> None:
-    """Produce n records to partition 0, recording each one's produce->delivery latency."""
+def event_records(count: int, value_size: int, seed: int = 7) -> list[tuple[bytes, bytes]]:
+    """Keyed records whose values repeat words and fields, as JSON-ish events do."""
+    rng = random.Random(seed)
+    words = [b"user", b"order", b"click", b"view", b"cart", b"price", b"region", b"session", b"status", b"item"]
+    records = []
+    for i in range(count):
+        value = bytearray()
+        while len(value) < value_size:
+            value += b'"%s":%d,' % (rng.choice(words), rng.randrange(100_000))
+        records.append((b"key-%d" % i, bytes(value[:value_size])))
+    return records
+
+
+def record_values(kind: str, value_size: int) -> list[bytes]:
+    """The values a run cycles through: one filler value, or 1000 JSON-ish events (which
+    compress as real data does, where a filler would compress to almost nothing)."""
+    if kind == "events":
+        return [value for _, value in event_records(1000, value_size)]
+    return [b"x" * value_size]
+
+
+def new_producer(client_config: dict, args: argparse.Namespace, **overrides) -> Producer:
+    """librdkafka's defaults but for what args sets (acks, linger.ms, batch.size, compression)."""
+    return Producer(
+        {
+            **client_config,
+            "acks": args.acks,
+            "linger.ms": args.linger_ms,
+            "batch.size": args.batch_size,
+            "compression.type": args.compression,
+            "enable.idempotence": False,
+            "log_level": 4,  # warnings and worse; hides the mock cluster's startup notice
+            **overrides,
+        }
+    )
+
+
+def produce_batch(
+    producer: Producer,
+    topic: str,
+    n: int,
+    values: list[bytes],
+    latencies: list,
+    errors: list,
+    partitions: int = 1,
+) -> None:
+    """Produce n records round robin over the first `partitions` partitions, the values in
+    turn, recording each one's produce->delivery latency."""
 
     def delivered(t0: float, err, msg) -> None:
         if err is not None:
@@ -104,11 +199,14 @@ def produce_batch(producer: Producer, topic: str, n: int, value: bytes, latencie
             latencies.append(time.perf_counter() - t0)
 
     deadline = time.monotonic() + RUN_TIMEOUT_S
+    count = len(values)
     for i in range(n):
-        key = b"key-%d" % i
+        key, value, partition = b"key-%d" % i, values[i % count], i % partitions
         while True:
             try:
-                producer.produce(topic, value, key, partition=0, on_delivery=partial(delivered, time.perf_counter()))
+                producer.produce(
+                    topic, value, key, partition=partition, on_delivery=partial(delivered, time.perf_counter())
+                )
                 break
             except BufferError:  # the client's queue is full: serve callbacks until it drains
                 producer.poll(0.01)
@@ -124,29 +222,18 @@ def produce_batch(producer: Producer, topic: str, n: int, value: bytes, latencie
 
 
 def run_once(target: str, client_config: dict, topic: str, args: argparse.Namespace, pid: int | None) -> dict:
-    """One warm-up plus one measured run; pid is the broker process whose CPU time to report."""
-    producer = Producer(
-        {
-            **client_config,
-            "acks": args.acks,
-            "linger.ms": args.linger_ms,
-            "batch.size": args.batch_size,
-            "compression.type": "none",
-            "enable.idempotence": False,
-            "log_level": 4,  # warnings and worse; hides the mock cluster's startup notice
-        }
-    )
-    value = b"x" * args.value_size
+    """One warm-up plus one measured run; pid is the broker process whose CPU time (its own
+    and its descendants') to report."""
+    producer = new_producer(client_config, args)
+    values = record_values(args.values, args.value_size)
     errors: list[str] = []
-    produce_batch(producer, topic, WARMUP_RECORDS, value, [], errors)
+    produce_batch(producer, topic, WARMUP_RECORDS, values, [], errors, args.partitions)
     latencies: list[float] = []
-    cpu_before = cpu_seconds(pid) if pid else None
-    start = time.perf_counter()
-    produce_batch(producer, topic, args.records, value, latencies, errors)
-    elapsed = time.perf_counter() - start
-    cpu_after = cpu_seconds(pid) if pid else None
-    broker_cpu = None if cpu_before is None or cpu_after is None else 100 * (cpu_after - cpu_before) / elapsed
-    payload = sum(len(b"key-%d" % i) for i in range(args.records)) + args.records * args.value_size
+    meter = CpuMeter(pid)
+    produce_batch(producer, topic, args.records, values, latencies, errors, args.partitions)
+    cpu = meter.stop()
+    elapsed = cpu["seconds"]
+    payload = sum(len(b"key-%d" % i) + len(values[i % len(values)]) for i in range(args.records))
     latencies.sort()
     return {
         "target": target,
@@ -154,8 +241,7 @@ def run_once(target: str, client_config: dict, topic: str, args: argparse.Namesp
         "mb_per_s": payload / elapsed / 1e6,
         "p50_ms": percentile_ms(latencies, 0.50),
         "p99_ms": percentile_ms(latencies, 0.99),
-        "broker_cpu_pct": broker_cpu,
-        "seconds": elapsed,
+        **cpu,
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
     }
@@ -170,8 +256,9 @@ def percentile_ms(ordered: list[float], q: float) -> float:
 
 def median_of(runs: list[dict]) -> dict:
     out = {m: statistics.median(r[m] for r in runs) for m in METRICS}
-    cpu = [r["broker_cpu_pct"] for r in runs if r["broker_cpu_pct"] is not None]
-    out["broker_cpu_pct"] = statistics.median(cpu) if cpu else None
+    for key in ("broker_cpu_pct", "workers_cpu_pct"):
+        cpu = [r[key] for r in runs if r.get(key) is not None]
+        out[key] = statistics.median(cpu) if cpu else None
     out["errors"] = sum(r["errors"] for r in runs)
     return out
 
@@ -179,7 +266,8 @@ def median_of(runs: list[dict]) -> dict:
 def print_table(summary: dict, ratios: dict, args: argparse.Namespace, out) -> None:
     print(
         f"\nproduce: {args.records} records x {args.value_size} B values, acks={args.acks}, "
-        f"linger.ms={args.linger_ms}, batch.size={args.batch_size}, median of {args.repeat} run(s)",
+        f"linger.ms={args.linger_ms}, batch.size={args.batch_size}, compression.type={args.compression}, "
+        f"{args.values} values, median of {args.repeat} run(s)",
         file=out,
     )
     header = f"{'target':<14}{'records/s':>12}{'MB/s':>9}{'p50 ms':>10}{'p99 ms':>10}{'broker CPU':>12}{'errors':>8}"
@@ -211,7 +299,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--acks", default="1", choices=["0", "1", "all", "-1"], help="producer acks (default 1)")
     parser.add_argument("--linger-ms", type=float, default=5, help="producer linger.ms (default 5)")
     parser.add_argument("--batch-size", type=int, default=1_000_000, help="producer batch.size (default 1000000)")
+    parser.add_argument(
+        "--compression",
+        default="none",
+        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        help="producer compression.type",
+    )
+    parser.add_argument(
+        "--values",
+        default="filler",
+        choices=["filler", "events"],
+        help="'x' * size, or JSON-ish events (default filler)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per target; medians are reported (default 3)")
+    parser.set_defaults(partitions=1)  # the in-process mock auto-creates its topics: partition 0 only
     parser.add_argument(
         "--json", metavar="PATH", help="also write the results as JSON to PATH ('-': stdout, table to stderr)"
     )

@@ -307,18 +307,17 @@ class Pacer:
             self.step()
 
 
-def latency_run(bootstrap: str, topic: str, acks: str, rate: float, args) -> dict:
-    p = producer(bootstrap, args, acks=acks)
-    value = b"x" * args.value_size
-    produce_all(p, [topic], WARMUP_RECORDS, value, [], [], args.max_seconds)
+def paced_latency(p: Producer, topic: str, rate: float, seconds: float, value: bytes) -> dict:
+    """`rate` records/s for `seconds` through a warmed-up producer; then every record is
+    awaited (bounded) and the produce->delivery latencies summarized."""
     pacer = Pacer(p, topic, rate, value)
-    pacer.run_for(args.latency_seconds)
+    pacer.run_for(seconds)
     elapsed = time.perf_counter() - pacer.t0
     if p.flush(RUN_TIMEOUT_S):
         p.purge()
-        raise Fail(f"acks={acks} latency run: records undelivered after {RUN_TIMEOUT_S:.0f}s")
+        raise Fail(f"latency run at {rate:,.0f}/s: records undelivered after {RUN_TIMEOUT_S:.0f}s")
     if pacer.errors:
-        raise Fail(f"acks={acks} latency run: {len(pacer.errors)} delivery error(s), first: {pacer.errors[0]}")
+        raise Fail(f"latency run at {rate:,.0f}/s: {len(pacer.errors)} delivery error(s), first: {pacer.errors[0]}")
     latencies = sorted(t - pacer.produced_at[seq] for t, seq in pacer.acked)
     return {
         "target_records_per_s": rate,
@@ -328,6 +327,13 @@ def latency_run(bootstrap: str, topic: str, acks: str, rate: float, args) -> dic
         "p99_ms": percentile_ms(latencies, 0.99),
         "max_ms": latencies[-1] * 1000,
     }
+
+
+def latency_run(bootstrap: str, topic: str, acks: str, rate: float, args) -> dict:
+    p = producer(bootstrap, args, acks=acks)
+    value = b"x" * args.value_size
+    produce_all(p, [topic], WARMUP_RECORDS, value, [], [], args.max_seconds)
+    return paced_latency(p, topic, rate, args.latency_seconds, value)
 
 
 # -- the four measurements ----------------------------------------------------------------
