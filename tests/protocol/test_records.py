@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,15 @@ from brokkr.core.protocol.records import (
     CONTROL_FLAG,
     HEADER_SIZE,
     TRANSACTIONAL_FLAG,
+    BatchHeader,
+    _record_at,
     build_batch,
     crc_ok,
     decode_records,
     iter_batches_untrusted,
     patch_batch,
     read_all_records,
+    scan_records_untrusted,
 )
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "kafka-logs"
@@ -100,3 +104,56 @@ def test_kafka_transactional_batch_and_commit_marker_flags() -> None:
     assert record_batch.producer_id == marker.producer_id >= 0
     (commit,) = decode_records(marker, memoryview(data)[marker.position + HEADER_SIZE : marker.end])
     assert commit.key[:4] == b"\x00\x00\x00\x01"  # control record v0, type 1 = COMMIT
+
+
+def _scan_outcome(header, payload):
+    try:
+        scan = scan_records_untrusted(header, payload)
+    except CorruptRequest:
+        return "corrupt"
+    return list(scan.timestamp_deltas), list(scan.offset_deltas), list(scan.keyless), scan.sequential
+
+
+def _walked_outcome(header, payload):
+    """What the plain record walk (_record_at, as decoding and the cleaner use it) makes of
+    the same bytes."""
+    pos, end, timestamps, offsets, keyless = 0, len(payload), [], [], []
+    try:
+        for index in range(header.record_count):
+            timestamp_delta, offset_delta, key, _, _, pos = _record_at(payload, pos, end)
+            timestamps.append(timestamp_delta)
+            offsets.append(offset_delta)
+            if key is None:
+                keyless.append(index)
+    except CorruptRequest:
+        return "corrupt"
+    if pos != end:
+        return "corrupt"
+    return timestamps, offsets, keyless, offsets == list(range(len(offsets)))
+
+
+def test_the_validation_scan_accepts_and_refuses_what_the_record_walk_does():
+    """The inlined scan (the cost of every compressed produce record) against the plain walk:
+    same findings on valid batches, same refusal of every damaged one."""
+    rng = random.Random(11)
+    pool = [
+        (
+            rng.choice([None, b"", rng.randbytes(rng.randint(1, 200))]),
+            rng.choice([None, b"", rng.randbytes(rng.randint(1, 300))]),
+            [(f"h{j}", rng.choice([None, b"", b"xy" * rng.randint(1, 90)])) for j in range(rng.choice([0, 0, 1, 3]))],
+        )
+        for _ in range(300)
+    ]
+    for _ in range(300):
+        chosen = pool[: rng.randint(0, 40)]
+        stamps = [rng.randint(0, 1 << 40) for _ in chosen]
+        data = bytes(build_batch(chosen, timestamps=stamps or None, timestamp=5))
+        header, payload = BatchHeader.unpack(data), data[HEADER_SIZE:]
+        assert _scan_outcome(header, payload) == _walked_outcome(header, payload) != "corrupt"
+        for _ in range(30):
+            damaged = bytearray(payload)
+            if damaged and rng.random() < 0.7:
+                damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+            else:
+                damaged = damaged[: rng.randint(0, len(damaged))]
+            assert _scan_outcome(header, bytes(damaged)) == _walked_outcome(header, bytes(damaged))
