@@ -46,10 +46,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def installed_plugins() -> str:
+    """The entry-point plugins installed beside brokkr (the test venv has the examples):
+    benchmarks block them, to measure brokkr as ``pip install brokkr`` gets it."""
+    from importlib.metadata import entry_points
+
+    return ",".join(sorted(ep.name for ep in entry_points(group="brokkr")))
+
+
 def start_broker(port: int, data_dir: str, stderr, overrides: dict[str, str] | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "brokkr.core.cli", "--log-level", "WARNING", "serve"]
     cmd += ["--override", f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={data_dir}"]
-    for key, value in (overrides or {}).items():
+    overrides = {"brokkr.plugins.disabled": installed_plugins(), **(overrides or {})}
+    for key, value in overrides.items():
         cmd += ["--override", f"{key}={value}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
