@@ -32,6 +32,29 @@ READ_BUFFER_BYTES = 64 * 1024
 #: A body's first allocation, and the largest step it grows by beyond doubling.
 BODY_STEP = 1 << 20
 _SIZE_BYTES = 4
+_PRODUCE = b"\x00\x00"  # a request header's API key (int16) for Produce
+
+
+class FramePool:
+    """Buffers reused for large Produce frames, one pool per broker, shared by its
+    connections. A fresh megabyte buffer costs its page faults and zeroing every time
+    (more than the rest of the request on a VM), a warm one nothing. At most ``buffers``
+    are kept; when all are taken (that many large produces in flight at once) a frame gets
+    a fresh buffer as any other. Only Produce frames are pooled: their only bytes that
+    outlive the request are the records the log stores, which it copies if it keeps them
+    in memory (the :class:`~brokkr.core.log.PartitionLog` contract)."""
+
+    def __init__(self, buffers: int = 8, size: int = (1 << 20) + (64 << 10)):
+        self.size = size
+        self._max = buffers
+        self._free: list[bytearray] = []
+
+    def take(self) -> bytearray:
+        return self._free.pop() if self._free else bytearray(self.size)
+
+    def give(self, buffer: bytearray) -> None:
+        if len(self._free) < self._max:
+            self._free.append(buffer)
 
 
 class Channel(asyncio.BufferedProtocol):
@@ -47,6 +70,7 @@ class Channel(asyncio.BufferedProtocol):
         self._waiter: asyncio.Future | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._unsent = 0  # the write buffer's size when last seen by the idle timer
+        self._pooled: bytearray | None = None  # the pool's buffer the last frame was read into
         self._last_input = 0.0
         self._eof = False
         self._lost: BaseException | None = None
@@ -68,7 +92,7 @@ class Channel(asyncio.BufferedProtocol):
                 grown = bytearray(min(self._body_size, len(body) + min(len(body), BODY_STEP)))
                 grown[: len(body)] = body
                 self._body = body = grown
-            return memoryview(body)[self._body_filled :]
+            return memoryview(body)[self._body_filled : self._body_size]
         if self._end == len(self._buf):  # compact what is unread to the front
             self._buf[: self._end - self._start] = self._buf[self._start : self._end]
             self._end -= self._start
@@ -118,23 +142,35 @@ class Channel(asyncio.BufferedProtocol):
         self._start += _SIZE_BYTES
         return size
 
-    async def read_body(self, size: int, idle_s: float) -> bytearray:
-        """The ``size`` bytes of a frame's body (its size checked by the caller)."""
+    async def read_body(self, size: int, idle_s: float, pool: FramePool | None = None) -> bytearray | memoryview:
+        """The ``size`` bytes of a frame's body (its size checked by the caller). A Produce
+        frame that fits ``pool``'s buffers is read into one of them; :meth:`release`
+        gives it back once the request is answered."""
         buffered = self._end - self._start
         if buffered >= size:  # all here already (small or pipelined frames)
             body = self._buf[self._start : self._start + size]
             self._taken(size)
             return body
-        body = bytearray(min(size, max(buffered, BODY_STEP)))
-        body[:buffered] = memoryview(self._buf)[self._start : self._end]
+        start = self._start
+        if pool is not None and size <= pool.size and buffered >= 2 and self._buf[start : start + 2] == _PRODUCE:
+            body = self._pooled = pool.take()
+        else:
+            body = bytearray(min(size, max(buffered, BODY_STEP)))
+        body[:buffered] = memoryview(self._buf)[start : self._end]
         self._taken(buffered)
         self._body, self._body_size, self._body_filled = body, size, buffered
         try:
             while self._body_filled < size:
                 await self._wait(idle_s, size - self._body_filled)
-            return self._body
+            return self._body if len(self._body) == size else memoryview(self._body)[:size]
         finally:
             self._body = None
+
+    def release(self, pool: FramePool) -> None:
+        """The last frame's request is answered: its pooled buffer (if any) is free again."""
+        if self._pooled is not None:
+            pool.give(self._pooled)
+            self._pooled = None
 
     async def drain_input(self, grace_s: float) -> None:
         """Read and drop input until the peer closes or ``grace_s`` passes (a final error

@@ -103,9 +103,9 @@ class PartitionLog(Protocol):
         record_count: int,
     ) -> AppendInfo:
         """Store ``records`` (whole batches, offsets already assigned, first at
-        ``log_end_offset``): a bytearray, or a writable memoryview into the request frame
-        they arrived in (no copy was made). The log owns ``records`` from here on: the core
-        never touches it again, so it may be kept without copying. Return what was stored, with
+        ``log_end_offset``): a bytearray, or a memoryview of the request buffer they
+        arrived in (no copy was made). The buffer is reused once the request is answered:
+        a log that keeps records in memory keeps a copy (``bytes(records)``). Return what was stored, with
         ``rolled`` set if the append closed a segment."""
 
     def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .authenticator import SaslListener, SaslServerAuthenticator
-from .channel import Channel
+from .channel import Channel, FramePool
 from .connections import ConnectionQuotas, RequestQueue
 from .context import ConnectionInfo
 from .dispatch import handle_frame_with_throttle
@@ -61,6 +61,7 @@ class Server:
         self._sasl: dict[str, SaslListener] = {}
         self.quotas: ConnectionQuotas | None = None
         self.requests = RequestQueue(broker.config["queued.max.requests"], broker.config["queued.max.request.bytes"])
+        self.frames = FramePool()
 
     async def start(self, listeners: list[Listener]) -> list[Listener]:
         config = self.broker.config
@@ -186,9 +187,11 @@ class Server:
                     # Waiting here is waiting for the broker, not the client: no idle timeout.
                     await self.requests.admit(size)
                     try:
-                        frame = await channel.read_body(size, idle_s)
+                        frame = await channel.read_body(size, idle_s, self.frames)
                         keep_open, throttle_ms = await self._answer(conn, sasl, principal, frame, channel)
+                        del frame
                     finally:
+                        channel.release(self.frames)
                         self.requests.release(size)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from brokkr.core.channel import BODY_STEP, READ_BUFFER_BYTES
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import encode_request, request_spec
-from brokkr.core.protocol.records import iter_batches_untrusted
+from brokkr.core.protocol.records import iter_batches_untrusted, read_all_records
 from brokkr.core.testing import RawClient
 from wire import API_VERSIONS, FETCH, METADATA, PRODUCE, batch, fetch_body, metadata_body, produce_body
 
@@ -71,3 +72,22 @@ def test_frames_cut_at_every_byte_boundary_are_reassembled(brokkr_broker):
                 time.sleep(0.001)
         produced, _ = _answers(c, [(7, PRODUCE, 9), (8, API_VERSIONS, 0)])
         assert produced.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+
+
+@pytest.mark.parametrize("storage", ["segment", "memory"])
+def test_reused_produce_buffers_never_change_what_the_log_holds(brokkr_broker_factory, storage):
+    """Large Produce frames are read into buffers the broker reuses (FramePool): what one
+    request appended must survive the next requests overwriting its buffer."""
+    broker = brokkr_broker_factory({"brokkr.storage": storage})
+    values = [bytes([65 + i]) * 600 for i in range(8)]
+    with RawClient(broker.bootstrap_servers) as a, RawClient(broker.bootstrap_servers) as b:
+        assert a.request(METADATA, 12, metadata_body("reuse")).topics[0].error_code == 0
+        for i, value in enumerate(values):
+            client = (a, b)[i % 2]
+            big = batch(1000, value=value)  # ~600 KB: pooled
+            assert len(big) > READ_BUFFER_BYTES
+            part = client.request(PRODUCE, 9, produce_body("reuse", big)).responses[0].partition_responses[0]
+            assert part.error_code == ErrorCode.NONE and part.base_offset == 1000 * i
+        fetched = a.request(FETCH, 12, fetch_body("reuse", max_bytes=64 << 20, partition_max_bytes=64 << 20))
+    records = read_all_records(fetched.responses[0].partitions[0].records)
+    assert [r.value for r in records] == [v for v in values for _ in range(1000)]

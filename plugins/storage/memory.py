@@ -67,8 +67,8 @@ class MemoryLog(AbortedTxnList):
             rolled = self._info(-1)
             seg = _Segment(first_offset)
             self._segments.append(seg)
-        # The core hands over ``records``; keep it as it is, one entry per append.
-        seg.batches.append(records)
+        # ``records`` may be a view of a request buffer the broker reuses: keep a copy.
+        seg.batches.append(bytes(records))
         seg.firsts.append(first_offset)
         seg.lasts.append(last_offset)
         seg.max_timestamps.append(max_timestamp)
