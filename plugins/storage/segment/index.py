@@ -8,13 +8,17 @@ Entries are big-endian and relative to the segment's base offset::
 
 Both are ordered by their key, so a lookup is a binary search for the last entry whose
 key is at most the target. The active segment's indexes are preallocated to
-``segment.index.bytes`` (rounded down to whole entries) and memory-mapped; a sealed
-segment's index is trimmed to its entries and read only when a lookup needs it.
+``segment.index.bytes`` (rounded down to whole entries), as Kafka's are; their entries are
+kept in memory and each new one is written to the file as it is added (``pwrite``). Kafka
+writes through a shared memory map instead; here that costs a page fault with a block
+allocation on the first write to each page of the sparse file (2.3 ms each on the
+development VM, against 5 us for a pwrite), paid by every index of every new partition
+and every 4 KiB of entries. A sealed segment's index is trimmed to its entries and read
+only when a lookup needs it.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from pathlib import Path
@@ -36,7 +40,8 @@ class _Index:
         self.base_offset = base_offset
         self.max_entries = max(max_bytes // self.entry.size, 2)
         self.entries = 0
-        self._mmap: mmap.mmap | None = None
+        self._fd: int | None = None  # the active index's file
+        self._active: bytearray | None = None  # the active index's entries
         self._data: bytes | None = None  # a sealed index, read lazily
 
     # -- opening --------------------------------------------------------------------------
@@ -50,47 +55,54 @@ class _Index:
         self._data = None
 
     def open_active(self) -> None:
-        """Preallocate the file to its maximum size and map it for appends (keeping the
-        ``entries`` already valid)."""
-        self._close_map()
-        with open(self.path, "a+b") as f:
-            f.truncate(self.max_entries * self.entry.size)
-            self._mmap = mmap.mmap(f.fileno(), 0)
+        """Preallocate the file to its maximum size and keep its valid ``entries`` in
+        memory for appends and lookups."""
+        self._close_file()
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            valid = os.pread(fd, self.entries * self.entry.size, 0)
+            os.ftruncate(fd, self.max_entries * self.entry.size)
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd, self._active = fd, bytearray(valid)
+        self.entries = len(valid) // self.entry.size
 
     def seal(self) -> None:
-        """Trim the file to its entries and unmap it (segment rolled or log closed)."""
-        if self._mmap is not None:
-            self._mmap.flush()
-            self._close_map()
-            os.truncate(self.path, self.entries * self.entry.size)
+        """Trim the file to its entries and close it (segment rolled or log closed)."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, self.entries * self.entry.size)
+            self._close_file()
         self._data = None
 
     def reset(self) -> None:
         """Forget every entry (before a rebuild)."""
         self.entries = 0
         self._data = None
-        if self._mmap is None:
+        if self._active is not None:
+            del self._active[:]
+        else:
             self.path.write_bytes(b"")
 
     def truncate_entries(self, keep: int) -> None:
         self.entries = min(self.entries, keep)
-        if self._mmap is None:
+        if self._active is not None:
+            del self._active[self.entries * self.entry.size :]
+        else:
             os.truncate(self.path, self.entries * self.entry.size)
             self._data = None
 
     def sync(self) -> None:
         """Write the entries through to disk."""
-        if self._mmap is not None:
-            self._mmap.flush()
         fsync_path(self.path)
 
     def close(self) -> None:
         self.seal()
 
-    def _close_map(self) -> None:
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
+    def _close_file(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = self._active = None
 
     # -- reading --------------------------------------------------------------------------
 
@@ -99,8 +111,8 @@ class _Index:
         return self.entries >= self.max_entries
 
     def _buffer(self):
-        if self._mmap is not None:
-            return self._mmap
+        if self._active is not None:
+            return self._active
         if self._data is None:
             self._data = self.path.read_bytes()[: self.entries * self.entry.size]
         return self._data
@@ -121,8 +133,10 @@ class _Index:
         return lo - 1
 
     def _append(self, *fields: int) -> None:
-        assert self._mmap is not None, "append to a sealed index"
-        self.entry.pack_into(self._mmap, self.entries * self.entry.size, *fields)
+        assert self._fd is not None and self._active is not None, "append to a sealed index"
+        entry = self.entry.pack(*fields)
+        os.pwrite(self._fd, entry, self.entries * self.entry.size)
+        self._active += entry
         self.entries += 1
 
 
