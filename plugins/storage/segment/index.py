@@ -58,9 +58,10 @@ class _Index:
             self._mmap = mmap.mmap(f.fileno(), 0)
 
     def seal(self) -> None:
-        """Trim the file to its entries and unmap it (segment rolled or log closed)."""
+        """Trim the file to its entries and unmap it (segment rolled or log closed). The
+        entries written through the map stay in the page cache, dirty, until the fsync the
+        log queues for the sealed segment (:meth:`sync` explains why no msync)."""
         if self._mmap is not None:
-            self._mmap.flush()
             self._close_map()
             os.truncate(self.path, self.entries * self.entry.size)
         self._data = None
@@ -79,9 +80,10 @@ class _Index:
             self._data = None
 
     def sync(self) -> None:
-        """Write the entries through to disk."""
-        if self._mmap is not None:
-            self._mmap.flush()
+        """Write the entries through to disk: an fsync of the file, which on Linux also
+        writes the pages dirtied through a shared map (Linux's msync(MS_SYNC) is itself an
+        fsync of the file's range). No ``mmap.flush()``: CPython 3.11 holds the GIL through its
+        msync, so it would stall the event loop even when called from the flusher thread."""
         fsync_path(self.path)
 
     def close(self) -> None:
