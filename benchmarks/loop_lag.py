@@ -6,9 +6,10 @@ it waited for the broker's event loop, plus a few hundred microseconds of work),
 each round trip. Three phases, each ``--seconds`` long:
 
 - **idle**: the probe alone;
-- **no rolls**: a confluent-kafka producer (acks=1) writes as fast as it can into a topic
-  with ``segment.bytes`` 1 GiB, so no segment rolls: the lag the produce path itself
-  causes (the loop is busy handling produce requests);
+- **no rolls**: a confluent-kafka producer (acks=1, in a child process) writes
+  ``--rate-mb`` MiB/s (20) into a topic with ``segment.bytes`` 1 GiB, so no segment
+  rolls: the lag the produce path itself causes (the loop is busy handling produce
+  requests);
 - **rolls**: the same producer into a topic with ``segment.bytes`` ``--segment-mb`` (1
   MiB), so a segment rolls every megabyte, each with its fsync, producer snapshot and
   index trims.
@@ -72,12 +73,15 @@ class Probe(threading.Thread):
         return self.rtts
 
 
-def produce(bootstrap: str, topic: str, value_size: int, seconds: float) -> None:
-    """The load, in a child process: a Python producer loop here would hold this
-    process's GIL and delay the probe's thread, which is not the broker's doing."""
+def produce(bootstrap: str, topic: str, value_size: int, rate_mb: float, seconds: float) -> None:
+    """The load, in a child process (a Python producer loop here would hold this process's
+    GIL and delay the probe's thread, which is not the broker's doing), paced to
+    ``rate_mb`` MiB/s so that the broker's loop is not simply saturated (0: unpaced)."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, "log_level": 4})
     value = b"x" * value_size
-    deadline = time.monotonic() + seconds
+    started = time.monotonic()
+    deadline = started + seconds
+    per_record = value_size / (rate_mb * (1 << 20)) if rate_mb else 0.0
     i = 0
     while time.monotonic() < deadline:
         try:
@@ -87,14 +91,16 @@ def produce(bootstrap: str, topic: str, value_size: int, seconds: float) -> None
             producer.poll(0.005)
         if i % 256 == 0:
             producer.poll(0)
+            ahead = started + i * per_record - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
     producer.flush(30)
 
 
-def produce_for(bootstrap: str, topic: str, value_size: int):
+def produce_for(bootstrap: str, topic: str, value_size: int, rate_mb: float):
     def load(seconds: float) -> None:
-        child = multiprocessing.get_context("fork").Process(
-            target=produce, args=(bootstrap, topic, value_size, seconds)
-        )
+        given = (bootstrap, topic, value_size, rate_mb, seconds)
+        child = multiprocessing.get_context("fork").Process(target=produce, args=given)
         child.start()
         child.join(seconds + 60)
 
@@ -122,6 +128,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--segment-mb", type=float, default=1.0)
     parser.add_argument("--value-size", type=int, default=1000)
+    parser.add_argument("--rate-mb", type=float, default=20.0, help="MiB/s produced (0: as fast as it goes)")
     parser.add_argument("--probe-ms", type=float, default=2.0)
     parser.add_argument("--dir", default=None, help="where the broker's log directory goes")
     parser.add_argument("--json", default=None)
@@ -143,10 +150,10 @@ def main() -> None:
                 create_topic(bootstrap, small, {"segment.bytes": str(int(args.segment_mb * (1 << 20)))})
                 rounds["idle"].append(summary(probe.measure(args.seconds)))
                 rounds["no_rolls"].append(
-                    summary(probe.measure(args.seconds, produce_for(bootstrap, big, args.value_size)))
+                    summary(probe.measure(args.seconds, produce_for(bootstrap, big, args.value_size, args.rate_mb)))
                 )
                 rounds["rolls"].append(
-                    summary(probe.measure(args.seconds, produce_for(bootstrap, small, args.value_size)))
+                    summary(probe.measure(args.seconds, produce_for(bootstrap, small, args.value_size, args.rate_mb)))
                 )
                 rolls.append(segments_of(data, small) - 1)
                 print(
