@@ -15,6 +15,7 @@ From synchronous code (tests, notebooks, other frameworks), in a thread of its o
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import threading
@@ -432,7 +433,17 @@ class Broker:
 
     def appended(self, partition: Partition, info: AppendInfo) -> None:
         """After a leader's append (records, or a transaction marker): fire the observers
-        and advance the high watermark (alone: to the log end)."""
+        and advance the high watermark (alone: to the log end). An append the log fsyncs
+        in the background (``info.flushed``: ``flush.messages`` reached) is made visible
+        only once that fsync is done, as Kafka's in-line flush does; a failed fsync leaves
+        it invisible until a later append moves the high watermark past it."""
+        if info.flushed is not None:
+            flushed = asyncio.wrap_future(info.flushed)
+            flushed.add_done_callback(lambda f: f.cancelled() or f.exception() or self._made_visible(partition, info))
+            return
+        self._made_visible(partition, info)
+
+    def _made_visible(self, partition: Partition, info: AppendInfo) -> None:
         hot = self.hot
         if hot.brokkr_after_log_append is not None:
             hot.brokkr_after_log_append(partition=partition, info=info, broker=self)
@@ -503,7 +514,9 @@ class Broker:
                 if when <= loop.time():
                     due[task] = loop.time() + intervals[task]
                     try:
-                        task()
+                        done = task()
+                        if isinstance(done, concurrent.futures.Future):  # disk work on the storage's thread
+                            await asyncio.wrap_future(done)
                     except OSError as exc:  # a full or failing disk: said once, until the task succeeds again
                         if task not in failing:
                             log.error("log maintenance (%s) failed: %s", task.__name__, exc)

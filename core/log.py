@@ -11,6 +11,7 @@ every backend must pass, shipped so third-party backends can run it too.
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
@@ -46,7 +47,12 @@ class AppendInfo:
 
     ``duplicate`` marks a producer's retry of a batch already in the log
     (:mod:`brokkr.core.producer_state`): nothing was stored, and the offsets and max
-    timestamp are those of the original batch."""
+    timestamp are those of the original batch.
+
+    ``flushed`` is set by a log that fsyncs this append off the event loop because the
+    topic asks it to (``flush.messages`` reached): a ``concurrent.futures.Future`` done
+    once the records are on disk (failed if the fsync failed). The broker moves the high
+    watermark and answers the produce only then, as Kafka flushes before it answers."""
 
     first_offset: int
     last_offset: int
@@ -55,6 +61,7 @@ class AppendInfo:
     size: int
     rolled: SegmentInfo | None = None
     duplicate: bool = False
+    flushed: Future | None = None
 
 
 @attrs.frozen
@@ -179,9 +186,11 @@ class Storage(Protocol):
         storage is durable, and atomically: after a crash :meth:`read_state` returns the
         old text or the new one, never a mix."""
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> Future | None:
         """Persist what makes the next start fast (recovery points, log start offsets).
-        Called every ``log.flush.offset.checkpoint.interval.ms`` and at shutdown."""
+        Called every ``log.flush.offset.checkpoint.interval.ms`` on the event loop: a
+        storage that writes the files off the loop returns a future of that work, which
+        the broker awaits before its next maintenance task."""
 
     def close(self) -> None:
         """Called once after every log is closed: the final checkpoint; the next start is

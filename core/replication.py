@@ -275,9 +275,12 @@ class ReplicaManager:
 
     # -- as follower ------------------------------------------------------------------
 
-    def follower_append(self, partition: Partition, records: bytes, leader_high_watermark: int) -> None:
+    def follower_append(self, partition: Partition, records: bytes, leader_high_watermark: int) -> list:
         """Append the leader's batches as they are (offsets and epochs kept), then take the
-        leader's high watermark, bounded by the local log end."""
+        leader's high watermark, bounded by the local log end. Returns the fsyncs the log
+        runs in the background for them (``flush.messages`` reached): the fetcher awaits
+        them before it fetches again, as Kafka's fetcher thread flushes in line."""
+        flushes = []
         if records:
             data = bytearray(records)
             batches = [h for h in iter_batches_untrusted(data) if h.base_offset >= partition.log.log_end_offset]
@@ -301,7 +304,10 @@ class ReplicaManager:
                 partition.bytes_appended += info.size
                 if info.rolled is not None:
                     partition.take_producer_snapshot()
+                if info.flushed is not None:
+                    flushes.append(info.flushed)
         self.broker.advance_high_watermark(partition, min(leader_high_watermark, partition.log.log_end_offset))
+        return flushes
 
     # -- as leader --------------------------------------------------------------------
 
@@ -497,6 +503,7 @@ class ReplicaFetcher:
         response = await self._client.request(FETCH, FETCH_VERSION, body, timeout)
         if response.error_code:
             raise BrokkrError(f"fetch answered {ErrorCode(response.error_code).name}", response.error_code)
+        flushes: list = []
         for t in response.responses:
             for pd in t.partitions:
                 partition = wanted.get((t.topic, pd.partition_index))
@@ -511,9 +518,11 @@ class ReplicaFetcher:
                     log.debug("%s: fetch from %d answered %s", partition.name, self.leader, pd.error_code)
                 else:
                     try:
-                        self.manager.follower_append(partition, pd.records or b"", pd.high_watermark)
+                        flushes += self.manager.follower_append(partition, pd.records or b"", pd.high_watermark)
                     except OffsetOutOfRange:
                         self._out_of_range(partition, pd)
+        for flushed in flushes:
+            await asyncio.wrap_future(flushed)
 
     def _diverged(self, partition: Partition, epoch: int, end_offset: int) -> None:
         """The leader's log parts from ours after ``epoch`` at ``end_offset`` (KIP-320's

@@ -30,8 +30,15 @@ def harness(tmp_path):
 
 
 def crash(harness: Harness) -> None:
-    """Forget the open storage without closing anything, as a killed process would."""
+    """Forget the open storage without closing anything, as a killed process would: the
+    disk work still queued on its flusher never happens (the one running finishes)."""
+    harness.storage.flusher.shutdown(wait=True, cancel_futures=True)
     harness.storage, harness.logs = None, []
+
+
+def drain(harness: Harness) -> None:
+    """Wait until the disk work queued on the storage's flusher is done."""
+    harness.storage.flusher.submit(lambda: None).result(timeout=10)
 
 
 def entries(path: Path, fmt: str) -> list[tuple[int, ...]]:
@@ -242,6 +249,7 @@ def test_producer_snapshots_above_the_recovered_log_end_are_deleted(harness):
     for end in range(3, 31, 3):
         append(plog, records=3)
         plog.write_producer_snapshot(end, b"state at %d" % end)
+    drain(harness)
     crash(harness)
     d = harness.directory / "t-0"
     os.truncate(d / f"{0:020d}.log", (d / f"{0:020d}.log").stat().st_size - 7)
@@ -301,9 +309,12 @@ def test_a_corrupt_checkpoint_means_full_recovery(harness):
 def test_flush_messages_moves_the_recovery_point_and_the_default_leaves_it_to_the_os(harness):
     flushed = harness.log("flushed", **{"flush.messages": 2})
     lazy = harness.log("lazy")
+    fsyncs = []
     for _ in range(3):
-        append(flushed)
-        append(lazy)
+        fsyncs.append(append(flushed).flushed)
+        assert append(lazy).flushed is None
+    assert fsyncs[0] is None and fsyncs[2] is None
+    fsyncs[1].result(timeout=10)  # the fsync runs on the flusher; the append's answer waits for it
     assert flushed.recovery_point == 2, "flushed after every second record"
     assert lazy.recovery_point == 0, "flush.messages and flush.ms default to never: the OS decides"
     lazy.close()
@@ -315,7 +326,7 @@ def test_a_rolled_segment_is_flushed_in_the_background(harness):
     plog = harness.log(**{"segment.bytes": 300})
     for _ in range(4):
         append(plog, value_size=100)
-    harness.storage.flusher.submit(lambda: None).result(timeout=10)  # the queue has drained
+    drain(harness)
     assert plog.recovery_point == plog.segments()[-1].base_offset
 
 

@@ -8,6 +8,7 @@ agrees for every partition or ``timeout_ms`` passes (REQUEST_TIMED_OUT).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from ..authorization import AclOperation, Action, ResourceType
@@ -211,6 +212,8 @@ async def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProdu
             if broker.partition(partition.topic.name, partition.index) is not partition:  # deleted meanwhile
                 return _result(partition.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1
         info = broker.append(partition, validated)
+        if info.flushed is not None:  # flush.messages reached: answered once the fsync (off the loop) is done
+            await asyncio.wrap_future(info.flushed)
     except RecordsError as exc:
         res = _result(partition.index, exc.code, str(exc))
         res.record_errors = [

@@ -22,7 +22,9 @@ In each partition directory::
     leader-epoch-checkpoint            0 / count / "epoch start_offset" lines
 
 Every file here is replaced atomically: written to a temporary file, fsynced, renamed
-over the old one, and the directory fsynced.
+over the old one, and the directory fsynced. The per-partition ones, and the broker's
+checkpoints, are written so on the storage's flusher thread, never on the event loop
+(see :mod:`.partition_log` and :mod:`.storage`).
 """
 
 from __future__ import annotations
@@ -91,12 +93,17 @@ def delete_dir_name(topic: str, partition: int) -> str:
 
 def write_atomically(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    write_synced(tmp, data)
+    os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    """Write ``path`` whole and fsync it (the first step of :func:`write_atomically`)."""
+    with open(path, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_path(path.parent)
 
 
 def fsync_path(path: Path) -> None:

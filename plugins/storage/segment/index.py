@@ -69,7 +69,9 @@ class _Index:
         self.entries = len(valid) // self.entry.size
 
     def seal(self) -> None:
-        """Trim the file to its entries and close it (segment rolled or log closed)."""
+        """Trim the file to its entries and close it (segment rolled or log closed). The
+        entries written with pwrite stay in the page cache until the fsync the log queues
+        for the sealed segment."""
         if self._fd is not None:
             os.ftruncate(self._fd, self.entries * self.entry.size)
             self._close_file()
@@ -93,7 +95,8 @@ class _Index:
             self._data = None
 
     def sync(self) -> None:
-        """Write the entries through to disk."""
+        """Write the entries through to disk (an fsync of the file; the log calls it from
+        its flusher thread)."""
         fsync_path(self.path)
 
     def close(self) -> None:

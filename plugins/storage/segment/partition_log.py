@@ -6,6 +6,30 @@ a relative int32. A rolled segment is sealed (indexes trimmed) at once and fsync
 the background, after which the recovery point moves past it, as in Kafka. Flushing
 otherwise follows ``flush.messages`` and ``flush.ms`` (by default: left to the OS).
 
+Nothing here waits for the disk on the event loop. Every fsync, every file written
+atomically (producer snapshots, the leader-epoch-checkpoint) and every unlink of a
+deleted segment is queued on the storage's flusher, one thread, so they happen in the
+order they were asked for (Kafka's ``flushProducerStateSnapshot`` and
+``asyncDeleteSegment`` do the same on its scheduler). The loop keeps what is cheap: the
+appends' writes into the page cache, renames, and the bookkeeping. The rules that keep
+this safe:
+
+- the recovery point moves only once the fsync of everything below it has returned;
+- work queued before a truncation or a deletion is void once it runs (the log's
+  ``generation``): it neither moves the recovery point nor installs a snapshot;
+- a flush holds its own duplicate of each file descriptor, so a deletion meanwhile
+  cannot close it under the fsync;
+- a snapshot not yet written is served from memory; a crash before it is durable leaves
+  the older ones (pruned only after the new one is) or none, and the producer state is
+  replayed from the log;
+- the epoch entries past the recovery point are re-derived from the batches recovery
+  validates (as Kafka's ``LogSegment.recover`` assigns them), so a leader-epoch-checkpoint
+  write lost in a crash loses no epoch.
+
+With ``flush.messages`` reached, :meth:`SegmentLog.append` returns the flush's future in
+``AppendInfo.flushed``; the broker answers the produce, and moves the high watermark,
+only once it is done (so ``flush.messages=1`` still acknowledges only fsynced records).
+
 On open after an unclean shutdown, every segment holding offsets at or past the
 recovery point is re-validated batch by batch; the log is truncated at the first torn or
 corrupt batch and the segments after it are deleted, and so are producer snapshots above
@@ -19,9 +43,10 @@ import bisect
 import logging
 import os
 import shutil
+import threading
 import time
 import uuid
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from pathlib import Path
 
 from brokkr.core.config import LONG_MAX, TopicConfig
@@ -71,6 +96,12 @@ class SegmentLog:
         self.codecs = codecs
         self._flusher = flusher
         self.deleted = False
+        #: Held briefly by the loop and the flusher thread around what both change: the
+        #: recovery point, the generation, the snapshots pending and their files.
+        self._lock = threading.Lock()
+        #: Bumped by a truncation or deletion: background work queued before is void.
+        self._generation = 0
+        self._pending_snapshots: dict[int, bytes] = {}  # queued, not yet in their files
         directory.mkdir(parents=True, exist_ok=True)
         metadata = directory / files.PARTITION_METADATA
         stored_id = files.read_partition_metadata(metadata)
@@ -91,6 +122,7 @@ class SegmentLog:
         self._epochs = [
             (e, start) for e, start in files.read_leader_epochs(self._epochs_path) if start <= self.log_end_offset
         ]
+        self._recover_epochs()
         self._unflushed = 0
         self._last_flush = time.monotonic()
         #: The log cleaner's checkpoint: offsets below it have been cleaned.
@@ -112,7 +144,43 @@ class SegmentLog:
         leader (``LeaderEpochFileCache.assign``); an epoch not above the latest is ignored."""
         if epoch > self.latest_epoch:
             self._epochs.append((epoch, self.log_end_offset))
-            files.write_leader_epochs(self._epochs_path, self._epochs)
+            self._write_epochs()
+
+    def _write_epochs(self) -> None:
+        """Queue a write of the leader-epoch-checkpoint as it is now (the flusher writes
+        them in order, so the last one queued is the one left)."""
+        self._background(self._write_epochs_now, list(self._epochs), self._generation)
+
+    def _write_epochs_now(self, epochs: list[tuple[int, int]], generation: int) -> None:
+        if generation == self._generation:  # a deleted log's directory is gone
+            files.write_leader_epochs(self._epochs_path, epochs)
+
+    def _recover_epochs(self) -> None:
+        """Kafka's ``LogSegment.recover`` assigns the epoch of each recovered batch: the
+        entries from the first recovered batch on are the batches' own, so a checkpoint
+        write lost in a crash (it is queued, not awaited) loses no epoch, and one a lost
+        truncation write left behind goes. An entry at the log end (a leader's epoch with
+        no batch yet) stays. Only the run of recovered segments at the end counts: an
+        index rebuilt alone further back says nothing of the epochs after it."""
+        recovered: list[tuple[int, int]] = []
+        first = None  # where the recovered segments at the log's end begin
+        for seg in reversed(self._segments):
+            if seg.recovered_epochs is None:
+                break
+            recovered[:0] = [(e, s) for e, s in seg.recovered_epochs if e >= 0]
+            first = seg.base_offset
+        if first is None:
+            return
+        epochs = [(e, s) for e, s in self._epochs if s < first]
+        for e, s in recovered:
+            if not epochs or e > epochs[-1][0]:
+                epochs.append((e, s))
+        end = self.log_end_offset
+        epochs += [(e, s) for e, s in self._epochs if s == end and s >= first and (not epochs or e > epochs[-1][0])]
+        if epochs != self._epochs:
+            log.warning("%s: leader epochs %s re-derived from the recovered batches", self.dir.name, epochs)
+            self._epochs = epochs
+            files.write_leader_epochs(self._epochs_path, epochs)  # at open: nothing is served yet
 
     # -- opening --------------------------------------------------------------------------
 
@@ -137,7 +205,8 @@ class SegmentLog:
             if truncated and i < len(segments) - 1:
                 for later in segments[i + 1 :]:
                     log.warning("deleting segment %s after the truncated one", later.path)
-                    later.delete()
+                    for path in later.delete():
+                        path.unlink()
                 del segments[i + 1 :]
                 break
         return segments
@@ -180,14 +249,15 @@ class SegmentLog:
         epoch = int.from_bytes(records[_EPOCH_AT : _EPOCH_AT + 4], "big", signed=True)
         if epoch >= 0 and (not self._epochs or epoch > self._epochs[-1][0]):
             self._epochs.append((epoch, first_offset))
-            files.write_leader_epochs(self._epochs_path, self._epochs)
+            self._write_epochs()
         active.append(records)
         self._unflushed += record_count
-        if self._unflushed >= self._flush_messages or (
-            self._flush_ms is not None and (time.monotonic() - self._last_flush) * 1000 >= self._flush_ms
-        ):
-            self.flush()
-        return AppendInfo(first_offset, last_offset, record_count, max_timestamp, len(records), rolled)
+        flushed = None
+        if self._unflushed >= self._flush_messages:  # Kafka flushes these before answering
+            flushed = self.flush_in_background()
+        elif self._flush_ms is not None and (time.monotonic() - self._last_flush) * 1000 >= self._flush_ms:
+            self.flush_in_background()  # Kafka's flush.ms flush runs on its scheduler, unawaited
+        return AppendInfo(first_offset, last_offset, record_count, max_timestamp, len(records), rolled, flushed=flushed)
 
     def _roll(self, base_offset: int) -> SegmentInfo:
         old = self._segments[-1]
@@ -195,24 +265,54 @@ class SegmentLog:
         new = self._segment(base_offset)
         new.make_active()
         self._segments.append(new)
-        fd = os.dup(old.fd)  # the flush must not race a deletion closing old.fd
-        self._flusher.submit(self._flush_rolled, old, fd, base_offset)
+        self._background(self._fsync, [self._sync_target(old)], base_offset, self._generation)
         log.debug("rolled %s at offset %d", self.dir.name, base_offset)
         return SegmentInfo(old.base_offset, base_offset, old.size, old.max_timestamp, str(old.path))
 
-    def _flush_rolled(self, segment: LogSegment, fd: int, next_offset: int) -> None:
+    def flush_in_background(self) -> Future:
+        """Queue an fsync of every segment holding offsets past the recovery point; the
+        recovery point moves to the current log end once it is done."""
+        pending = [seg for seg, end in zip(self._segments, self._ends()) if end > self.recovery_point]
+        targets = [self._sync_target(seg) for seg in pending]
+        self._unflushed = 0
+        self._last_flush = time.monotonic()
+        return self._background(self._fsync, targets, self.log_end_offset, self._generation)
+
+    @staticmethod
+    def _sync_target(seg: LogSegment) -> tuple[int, tuple[Path, ...]]:
+        """A duplicate of the segment's descriptor (a deletion meanwhile must not close the
+        one being fsynced) and its index files, fsynced by name (a file gone is skipped)."""
+        return os.dup(seg.fd), (seg.offset_index.path, seg.time_index.path, seg.txn_index.path)
+
+    def _fsync(self, targets: list[tuple[int, tuple[Path, ...]]], end: int, generation: int) -> None:
+        """On the flusher: fsync ``targets``, then move the recovery point to ``end``
+        unless a truncation came in between (its offsets may hold other records now)."""
         try:
-            os.fsync(fd)
-            files.fsync_path(segment.offset_index.path)  # sealed: nothing left in a map
-            files.fsync_path(segment.time_index.path)
-            self.recovery_point = max(self.recovery_point, next_offset)
-        except OSError:
-            log.exception("flushing rolled segment %s failed", segment.path)
+            for fd, paths in targets:
+                os.fsync(fd)
+                for path in paths:
+                    files.fsync_path(path)
         finally:
-            os.close(fd)
+            for fd, _ in targets:
+                os.close(fd)
+        with self._lock:
+            if generation == self._generation:
+                self.recovery_point = max(self.recovery_point, end)
+
+    def _background(self, fn, *args) -> Future:
+        """Queue ``fn(*args)`` on the flusher; a failure is logged (and kept in the future)."""
+        future = self._flusher.submit(fn, *args)
+        future.add_done_callback(self._log_failure)
+        return future
+
+    def _log_failure(self, future: Future) -> None:
+        exc = future.exception()
+        if exc is not None:
+            log.error("%s: background disk work failed: %s", self.dir.name, exc, exc_info=exc)
 
     def flush(self) -> None:
-        """fsync every segment holding offsets past the recovery point."""
+        """fsync every segment holding offsets past the recovery point, now (at close:
+        the broker no longer serves, and the clean-shutdown marker must come after)."""
         for seg, end in zip(self._segments, self._ends()):
             if end > self.recovery_point:
                 seg.sync()
@@ -261,8 +361,10 @@ class SegmentLog:
         if offset <= self._start:
             return
         self._start = offset
+        doomed = []
         while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
-            self._segments.pop(0).delete()
+            doomed += self._segments.pop(0).delete()
+        self._unlink_in_background(doomed)
         # Kafka's LeaderEpochFileCache.truncateFromStart: the epoch in force at the new
         # start offset now starts there.
         kept = [(e, s) for e, s in self._epochs if s > offset]
@@ -271,7 +373,12 @@ class SegmentLog:
             kept.insert(0, (before[-1], offset))
         if kept != self._epochs:
             self._epochs = kept
-            files.write_leader_epochs(self._epochs_path, kept)
+            self._write_epochs()
+
+    def _unlink_in_background(self, paths: list[Path]) -> None:
+        """Unlink the ``.deleted`` files of segments gone (Kafka's asyncDeleteSegment)."""
+        if paths:
+            self._background(_unlink_all, paths)
 
     def install_cleaned(self, cleaning: cleaner.Cleaning) -> bool:
         """Swap in the segments a cleaner thread prepared (event loop, no record walks):
@@ -287,7 +394,7 @@ class SegmentLog:
         segments = list(self._segments)
         for group, base in zip(cleaning.replaced, cleaning.bases):
             for seg in group:
-                seg.delete()
+                self._unlink_in_background(seg.delete())
             for suffix in (files.LOG_SUFFIX, *files.INDEX_SUFFIXES):
                 final = files.segment_file(self.dir, base, suffix)
                 swapped = final.with_name(final.name + cleaner.SWAP)
@@ -308,13 +415,18 @@ class SegmentLog:
             kept = [(e, s) for e, s in self._epochs if s < offset]
             if kept != self._epochs:
                 self._epochs = kept
-                files.write_leader_epochs(self._epochs_path, kept)
+                self._write_epochs()
             return
+        with self._lock:  # what the flusher was asked before this is about other records
+            self._generation += 1
+            self.recovery_point = min(self.recovery_point, offset)
+            self._delete_snapshots_above(offset)
+        doomed = []
         while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
-            self._segments.pop().delete()
+            doomed += self._segments.pop().delete()
         last = self._segments[-1]
         if last.base_offset >= offset:
-            last.delete()
+            doomed += last.delete()
             self._segments[-1] = last = self._segment(offset)
             last.load(recover=True)
         elif not last.active:
@@ -322,12 +434,11 @@ class SegmentLog:
         last.truncate_to(offset)
         if not last.active:
             last.make_active()
+        self._unlink_in_background(doomed)
         self._start = min(self._start, offset)
-        self.recovery_point = min(self.recovery_point, offset)
         self.first_dirty = min(self.first_dirty, offset)
         self._epochs = [(e, s) for e, s in self._epochs if s < offset]
-        files.write_leader_epochs(self._epochs_path, self._epochs)
-        self._delete_snapshots_above(offset)
+        self._write_epochs()
 
     # -- aborted transactions (optional in the PartitionLog contract) ---------------------
 
@@ -355,13 +466,44 @@ class SegmentLog:
     # -- producer snapshots ---------------------------------------------------------------
 
     def write_producer_snapshot(self, offset: int, data: bytes) -> None:
-        files.write_atomically(self._snapshot_path(offset), data)
-        for older in self._snapshot_offsets()[:-2]:
-            self._snapshot_path(older).unlink(missing_ok=True)
+        """Queued (Kafka writes it at the roll and flushes it on its scheduler); served
+        from memory until its file is in place."""
+        with self._lock:
+            self._pending_snapshots[offset] = data
+        self._background(self._write_snapshot, offset, data, self._generation)
+
+    def _write_snapshot(self, offset: int, data: bytes, generation: int) -> None:
+        """On the flusher: the temporary file is written and fsynced, renamed into place
+        (unless a truncation or deletion came in between), the directory fsynced, and
+        only then are the snapshots beyond the two newest removed."""
+        path = self._snapshot_path(offset)
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            if generation == self._generation:
+                files.write_synced(tmp, data)
+            with self._lock:
+                if generation != self._generation:
+                    tmp.unlink(missing_ok=True)
+                    return
+                os.replace(tmp, path)
+            files.fsync_path(self.dir)
+            with self._lock:
+                if generation == self._generation:
+                    for older in self._snapshot_offsets()[:-2]:
+                        self._snapshot_path(older).unlink(missing_ok=True)
+        finally:
+            with self._lock:
+                if self._pending_snapshots.get(offset) is data:
+                    del self._pending_snapshots[offset]
 
     def latest_producer_snapshot(self) -> tuple[int, bytes] | None:
-        offset = max((o for o in self._snapshot_offsets() if o <= self.log_end_offset), default=None)
-        return None if offset is None else (offset, self._snapshot_path(offset).read_bytes())
+        end = self.log_end_offset
+        with self._lock:
+            pending = max((o for o in self._pending_snapshots if o <= end), default=None)
+            offset = max((o for o in self._snapshot_offsets() if o <= end), default=None)
+            if pending is not None and (offset is None or pending >= offset):
+                return pending, self._pending_snapshots[pending]
+            return None if offset is None else (offset, self._snapshot_path(offset).read_bytes())
 
     def _snapshot_path(self, offset: int) -> Path:
         return files.segment_file(self.dir, offset, files.PRODUCER_SNAPSHOT_SUFFIX)
@@ -370,9 +512,11 @@ class SegmentLog:
         return sorted(int(p.stem) for p in self.dir.glob(f"*{files.PRODUCER_SNAPSHOT_SUFFIX}") if p.stem.isdigit())
 
     def _delete_snapshots_above(self, offset: int) -> None:
+        for above in [o for o in self._pending_snapshots if o > offset]:
+            del self._pending_snapshots[above]
         for above in [o for o in self._snapshot_offsets() if o > offset]:
             log.warning("deleting producer snapshot %s above the log end offset", self._snapshot_path(above))
-            self._snapshot_path(above).unlink()
+            self._snapshot_path(above).unlink(missing_ok=True)
 
     def close(self) -> None:
         self.flush()
@@ -383,10 +527,18 @@ class SegmentLog:
         """Close, rename the directory aside (``{name}.{id}-delete``, shortened as Kafka
         shortens it), then remove it; a crash in between leaves a directory the next start
         removes."""
+        with self._lock:
+            self._generation += 1  # queued snapshot and epoch writes are dropped
+            self._pending_snapshots.clear()
         for seg in self._segments:
             seg.close()
         topic, partition = files.parse_partition_dir(self.dir.name)
         doomed = self.dir.with_name(files.delete_dir_name(topic, partition))
         os.replace(self.dir, doomed)
-        shutil.rmtree(doomed)
+        self._background(shutil.rmtree, doomed)  # after the queued work, which writes no more there
         self.deleted = True
+
+
+def _unlink_all(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)

@@ -92,6 +92,10 @@ class LogSegment:
         #: The first batch's largest timestamp (Kafka's rollingBasedTimestamp), -1 if none.
         self.rolling_base_ms = -1
         self.active = False
+        #: (leader epoch, base offset) where each run of one epoch begins, as the last
+        #: :meth:`recover` found them: the log re-derives its epoch entries from these.
+        #: None until recover() runs (at open: the segment's batches were re-validated).
+        self.recovered_epochs: list[tuple[int, int]] | None = None
 
     # -- opening and closing --------------------------------------------------------------
 
@@ -138,6 +142,7 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self.next_offset = self.base_offset
+        self.recovered_epochs = epochs = []
         valid_end = 0
         limit = self.base_offset + INT32_MAX
         index_batch = self._index_batch
@@ -155,6 +160,8 @@ class LogSegment:
                 if valid_end == 0:
                     self.rolling_base_ms = h.max_timestamp
                 index_batch(position, last, h.max_timestamp, size)
+                if not epochs or epochs[-1][0] != h.leader_epoch:
+                    epochs.append((h.leader_epoch, h.base_offset))
                 self.next_offset = last + 1
                 valid_end = position + size
         except CorruptRequest as exc:
@@ -200,17 +207,20 @@ class LogSegment:
         txn = (self.txn_index.path,) if self.txn_index.path.exists() else ()
         return self.path, self.offset_index.path, self.time_index.path, *txn
 
-    def delete(self) -> None:
-        """Close and remove the segment's files (renamed to .deleted first, so a crash
-        halfway leaves files that recovery knows to remove)."""
+    def delete(self) -> list[Path]:
+        """Close the segment and rename its files to ``.deleted`` (Kafka's
+        ``changeFileSuffixes``), returning the new names: the caller unlinks them, off the
+        event loop (unlinking a large file takes the filesystem a while). A crash before
+        that leaves files the next open removes."""
         os.close(self.fd)
         for index in (self.offset_index, self.time_index):
             index.close()
+        doomed = []
         for path in self.paths():
             if path.exists():
-                doomed = path.with_name(path.name + ".deleted")
-                os.replace(path, doomed)
-                doomed.unlink()
+                doomed.append(path.with_name(path.name + ".deleted"))
+                os.replace(path, doomed[-1])
+        return doomed
 
     # -- appending ------------------------------------------------------------------------
 

@@ -9,6 +9,12 @@ directories the catalog does not list (copied from a Kafka broker, say) are adop
 the ids and settings Kafka's KRaft metadata log gives them (:mod:`.kraft`), or without it
 with no time or size retention, and recorded in the catalog. ``__cluster_metadata`` itself
 is left as it is. New partitions go to the directory holding the fewest.
+
+One thread, the flusher, does this storage's disk waits off the event loop, in the order
+they were asked for: segment fsyncs, producer snapshots, leader-epoch-checkpoints, the
+unlinking of deleted segments and topics (:mod:`.partition_log`), and the checkpoint
+files. Opening the logs (recovery after an unclean shutdown included) runs before the
+broker listens, so no request waits behind it.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from brokkr.core.config import BrokerConfig, TopicConfig
@@ -194,21 +200,30 @@ class SegmentStorage:
         opens the storage without its logs)."""
         return [key for key, where in self.found.items() if where == d]
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> Future:
+        """The checkpoint files' entries are taken now, on the event loop; the files are
+        written (each fsynced, renamed, the directory fsynced) on the flusher, after the
+        fsyncs queued before, as Kafka's scheduled checkpoint tasks write them. A recovery
+        point taken here is one whose fsync has already returned."""
+        return self.flusher.submit(_write_checkpoints, self._checkpoint_entries())
+
+    def _checkpoint_entries(self) -> list[tuple[Path, dict]]:
+        out = []
         for d, logs in self.logs.items():
             for key in [k for k, plog in logs.items() if plog.deleted]:
                 del logs[key]
             kept = self._unopened(d)  # their entries stay as they were read
             live = logs.items()
             recovery_points = ((k, p.recovery_point) for k, p in live)
-            _write_checkpoint(d / files.RECOVERY_POINT_CHECKPOINT, kept, self.recovery_points[d], recovery_points)
+            out.append((d / files.RECOVERY_POINT_CHECKPOINT, _entries(kept, self.recovery_points[d], recovery_points)))
             # Kafka lists only the logs whose start is inside their first segment.
             starts = ((k, p.log_start_offset) for k, p in live if p.start_is_mid_segment)
-            _write_checkpoint(d / files.LOG_START_CHECKPOINT, kept, self.start_offsets[d], starts)
+            out.append((d / files.LOG_START_CHECKPOINT, _entries(kept, self.start_offsets[d], starts)))
             cleaned = ((k, p.first_dirty) for k, p in live if p.first_dirty)
-            _write_checkpoint(d / files.CLEANER_CHECKPOINT, kept, self.cleaner_offsets[d], cleaned)
+            out.append((d / files.CLEANER_CHECKPOINT, _entries(kept, self.cleaner_offsets[d], cleaned)))
             replicated = ((k, p.high_watermark) for k, p in live if p.high_watermark is not None)
-            _write_checkpoint(d / files.REPLICATION_CHECKPOINT, kept, self.high_watermarks[d], replicated)
+            out.append((d / files.REPLICATION_CHECKPOINT, _entries(kept, self.high_watermarks[d], replicated)))
+        return out
 
     def clean_logs(self) -> None:
         """Start cleaning the compacted logs that need it (called by the broker's
@@ -217,17 +232,22 @@ class SegmentStorage:
 
     def close(self) -> None:
         self.cleaner.close()
-        self.flusher.shutdown(wait=True)
-        self.checkpoint()
+        self.flusher.shutdown(wait=True)  # the fsyncs, snapshots and deletions queued
+        _write_checkpoints(self._checkpoint_entries())
         for d in self.dirs:
             # A directory whose partitions were not all opened (so not all recovered) stays unclean.
             if self.clean[d] or not self._unopened(d):
                 files.write_clean_shutdown(d / files.CLEAN_SHUTDOWN)
 
 
-def _write_checkpoint(path: Path, kept: list, read: dict, live) -> None:
-    """A checkpoint of the open logs' entries (``live``), keeping the entries ``read`` at
-    start for the partitions no one opened (``kept``)."""
+def _entries(kept: list, read: dict, live) -> dict[tuple[str, int], int]:
+    """A checkpoint's entries: the open logs' (``live``), and those ``read`` at start for
+    the partitions no one opened (``kept``)."""
     entries = {k: read[k] for k in kept if k in read}
     entries.update(live)
-    files.write_offset_checkpoint(path, entries)
+    return entries
+
+
+def _write_checkpoints(checkpoints: list[tuple[Path, dict]]) -> None:
+    for path, entries in checkpoints:
+        files.write_offset_checkpoint(path, entries)
