@@ -105,6 +105,10 @@ class Server:
                 log.warning("%s: accepting failed: %s", listener.name, exc)
                 await asyncio.sleep(0.1)
                 continue
+            if conn.family in (socket.AF_INET, socket.AF_INET6):
+                # As Kafka's Acceptor: responses leave at once. asyncio sets this only on
+                # sockets whose protocol number says TCP, which accepted ones do not (uvloop does).
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             ip = str(peer[0])
             if not self.quotas.admit(listener.name, ip):
                 log.info("%s: closing a connection from %s: max.connections.per.ip reached", listener.name, ip)

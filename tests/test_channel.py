@@ -4,6 +4,8 @@ others behind it, frames cut at every boundary, and the answers in request order
 
 from __future__ import annotations
 
+import gc
+import socket
 import time
 
 import pytest
@@ -91,3 +93,27 @@ def test_reused_produce_buffers_never_change_what_the_log_holds(brokkr_broker_fa
         fetched = a.request(FETCH, 12, fetch_body("reuse", max_bytes=64 << 20, partition_max_bytes=64 << 20))
     records = read_all_records(fetched.responses[0].partitions[0].records)
     assert [r.value for r in records] == [v for v in values for _ in range(1000)]
+
+
+def test_connections_send_without_nagle_delay(brokkr_broker):
+    """Kafka's Acceptor sets TCP_NODELAY on every connection; asyncio would not on accepted
+    sockets, and small responses could then wait for the client's delayed ACK (40 ms)."""
+    with RawClient(brokkr_broker.bootstrap_servers) as c:
+        assert c.request(METADATA, 12, metadata_body("nodelay")).topics[0].error_code == 0
+        client_port = c.sock.getsockname()[1]
+        accepted = [
+            s
+            for s in gc.get_objects()
+            if isinstance(s, socket.socket) and s.fileno() >= 0 and s is not c.sock and _peer_port(s) == client_port
+        ]
+        assert accepted, "the broker's side of the connection"
+        assert all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in accepted)
+
+
+def _peer_port(s: socket.socket) -> int | None:
+    if s.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    try:
+        return s.getpeername()[1]
+    except OSError:
+        return None

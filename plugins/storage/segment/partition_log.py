@@ -112,6 +112,7 @@ class SegmentLog:
         cleaner.complete_swaps(directory)
         self._remove_leftovers()
         self._segments = self._load_segments(recovery_point, log_start_offset, clean)
+        self._bases: list[int] | None = None  # the segments' base offsets, kept between reads
         self._segments[-1].make_active()
         self._delete_snapshots_above(self.log_end_offset)
         self.recovery_point = min(recovery_point, self.log_end_offset) if clean else self.log_end_offset
@@ -265,6 +266,7 @@ class SegmentLog:
         new = self._segment(base_offset)
         new.make_active()
         self._segments.append(new)
+        self._bases = None
         self._background(self._fsync, [self._sync_target(old)], base_offset, self._generation)
         log.debug("rolled %s at offset %d", self.dir.name, base_offset)
         return SegmentInfo(old.base_offset, base_offset, old.size, old.max_timestamp, str(old.path))
@@ -329,8 +331,7 @@ class SegmentLog:
             raise OffsetOutOfRange(f"offset {offset} is outside [{self._start}, {end}]")
         if offset == end:
             return b""
-        i = max(bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1, 0)
-        for seg in self._segments[i:]:
+        for seg in self._segments[self._segment_of(offset) :]:
             data = seg.read(offset, max_bytes, max_offset, min_one)
             if data is not None:
                 return data
@@ -364,6 +365,7 @@ class SegmentLog:
         doomed = []
         while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
             doomed += self._segments.pop(0).delete()
+            self._bases = None
         self._unlink_in_background(doomed)
         # Kafka's LeaderEpochFileCache.truncateFromStart: the epoch in force at the new
         # start offset now starts there.
@@ -405,6 +407,7 @@ class SegmentLog:
             i = segments.index(group[0])
             segments[i : i + len(group)] = [new]
         self._segments = segments
+        self._bases = None
         self.first_dirty = max(self.first_dirty, cleaning.first_dirty)
         return True
 
@@ -424,10 +427,12 @@ class SegmentLog:
         doomed = []
         while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
             doomed += self._segments.pop().delete()
+            self._bases = None
         last = self._segments[-1]
         if last.base_offset >= offset:
             doomed += last.delete()
             self._segments[-1] = last = self._segment(offset)
+            self._bases = None
             last.load(recover=True)
         elif not last.active:
             last.make_active()
@@ -443,7 +448,11 @@ class SegmentLog:
     # -- aborted transactions (optional in the PartitionLog contract) ---------------------
 
     def _segment_of(self, offset: int) -> int:
-        return max(bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1, 0)
+        """The index of the segment holding ``offset``. The base offsets are kept between
+        reads, not rebuilt per fetch: every change to the segment list drops them."""
+        if self._bases is None:
+            self._bases = [s.base_offset for s in self._segments]
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
     def append_aborted_txn(self, txn: AbortedTxn) -> None:
         """Index an aborted transaction in the segment holding its marker."""
