@@ -33,7 +33,7 @@ log = logging.getLogger("brokkr.requests")
 request_log = logging.getLogger("brokkr.request.logger")
 
 
-async def handle_frame(broker: Broker, conn: ConnectionInfo, principal: Principal, frame: bytes) -> bytes | None:
+async def handle_frame(broker: Broker, conn: ConnectionInfo, principal: Principal, frame: bytes) -> bytearray | None:
     """The response frame to one request frame, or None for no response (its throttle time
     dropped: for requests whose connection is never muted)."""
     response, _ = await handle_frame_with_throttle(broker, conn, principal, frame)
@@ -42,7 +42,7 @@ async def handle_frame(broker: Broker, conn: ConnectionInfo, principal: Principa
 
 async def handle_frame_with_throttle(
     broker: Broker, conn: ConnectionInfo, principal: Principal, frame_in: bytes
-) -> tuple[bytes | None, int]:
+) -> tuple[bytearray | None, int]:
     """The response frame (None: no response) and for how many milliseconds the connection
     must then not be read (its throttle time, KIP-219)."""
     start = time.perf_counter()

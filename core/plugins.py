@@ -99,14 +99,17 @@ class HotHooks:
 
     def __init__(self, pm: pluggy.PluginManager):
         self._pm = pm
+        self._changes = 0  # registrations seen; a resolution raced by one is not kept
 
     def forget(self) -> None:
+        self._changes += 1
         for name in [n for n in vars(self) if n.startswith("brokkr_")]:
-            delattr(self, name)
+            self.__dict__.pop(name, None)
 
     def __getattr__(self, name: str):
         if not name.startswith("brokkr_"):
             raise AttributeError(name)
+        changes = self._changes
         caller = getattr(self._pm.hook, name)
         impls = caller.get_hookimpls()
         if not impls:
@@ -115,7 +118,8 @@ class HotHooks:
             resolved = _direct(impls[0], bool(caller.spec and caller.spec.opts.get("firstresult")))
         else:
             resolved = caller
-        setattr(self, name, resolved)
+        if changes == self._changes:  # else a plugin came or went meanwhile (another thread)
+            setattr(self, name, resolved)
         return resolved
 
 

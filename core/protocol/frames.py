@@ -122,8 +122,9 @@ def encode_request(
     return bytes(w.buf)
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, body) -> bytes:
-    """A whole response frame, size prefix included."""
+def encode_response(api_key: int, api_version: int, correlation_id: int, body) -> bytearray:
+    """A whole response frame, size prefix included: the encoder's own buffer, not a copy
+    of it (a Fetch response can be megabytes)."""
     spec = response_spec(api_key)
     w = Writer()
     w.raw(_SIZE.pack(0))
@@ -133,7 +134,7 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body) -
     if api_key != produce_codec.KEY or not produce_codec.encode_response(api_version, body, w):
         spec.encode(api_version, body, w)
     _SIZE.pack_into(w.buf, 0, len(w.buf) - 4)
-    return bytes(w.buf)
+    return w.buf
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes | memoryview):
