@@ -380,29 +380,3 @@ def test_opening_the_storage_without_its_logs_keeps_checkpoints_and_pending_reco
     harness.open()
     harness.close()
     assert not (d / ".kafka_cleanshutdown").exists(), "its partitions were never recovered"
-
-
-def test_an_index_entry_that_cannot_be_written_undoes_the_whole_append(harness, monkeypatch):
-    """Index entries go to the file with pwrite (index.py); on a full disk that fails like
-    the log write can, and the append leaves nothing behind, in the log or the indexes."""
-    from brokkr.plugins.storage.segment import index
-
-    plog = harness.log(**{"index.interval.bytes": 0})
-    for _ in range(3):
-        append(plog, value_size=100)
-    real_pwrite = index.os.pwrite
-
-    def enospc(fd, data, offset):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(index.os, "pwrite", enospc)
-    with pytest.raises(OSError):
-        append(plog, value_size=100)
-    monkeypatch.setattr(index.os, "pwrite", real_pwrite)
-    assert plog.log_end_offset == 3
-    info = append(plog, value_size=100)
-    assert info.first_offset == 3
-    assert offsets_in(plog.read(0, MIB, 10, True)) == [0, 1, 2, 3]
-    harness.close()
-    d = harness.directory / "t-0"
-    assert [o for o, _ in entries(d / f"{0:020d}.index", ">ii")] == [1, 2, 3]

@@ -9,11 +9,12 @@ Entries are big-endian and relative to the segment's base offset::
 Both are ordered by their key, so a lookup is a binary search for the last entry whose
 key is at most the target. The active segment's indexes are preallocated to
 ``segment.index.bytes`` (rounded down to whole entries), as Kafka's are; their entries are
-kept in memory and each new one is written to the file as it is added (``pwrite``). Kafka
-writes through a shared memory map instead; here that costs a page fault with a block
-allocation on the first write to each page of the sparse file (2.3 ms each on the
-development VM, against 5 us for a pwrite), paid by every index of every new partition
-and every 4 KiB of entries. A sealed segment's index is trimmed to its entries and read
+kept in memory and written to the file (one ``pwrite``) when the segment is sealed or
+flushed; an unclean shutdown rebuilds the active segment's indexes anyway. Kafka writes
+through a shared memory map instead; here that costs a page fault with a block allocation
+on the first write to each page of the sparse file (2.3 ms each on the development VM,
+against 5 us for a pwrite), paid by every index of every new partition and every 4 KiB of
+entries. A sealed segment's index is trimmed to its entries and read
 only when a lookup needs it.
 """
 
@@ -40,8 +41,8 @@ class _Index:
         self.base_offset = base_offset
         self.max_entries = max(max_bytes // self.entry.size, 2)
         self.entries = 0
-        self._fd: int | None = None  # the active index's file
         self._active: bytearray | None = None  # the active index's entries
+        self._written = 0  # how many of them the file holds
         self._data: bytes | None = None  # a sealed index, read lazily
 
     # -- opening --------------------------------------------------------------------------
@@ -56,30 +57,42 @@ class _Index:
 
     def open_active(self) -> None:
         """Preallocate the file to its maximum size and keep its valid ``entries`` in
-        memory for appends and lookups."""
-        self._close_file()
+        memory for appends and lookups (no descriptor is held: a broker of thousands of
+        partitions would need three per partition)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             valid = os.pread(fd, self.entries * self.entry.size, 0)
             os.ftruncate(fd, self.max_entries * self.entry.size)
-        except OSError:
+        finally:
             os.close(fd)
-            raise
-        self._fd, self._active = fd, bytearray(valid)
-        self.entries = len(valid) // self.entry.size
+        self._active = bytearray(valid)
+        self.entries = self._written = len(valid) // self.entry.size
+
+    def write_pending(self) -> None:
+        """Write the entries appended since the last write to the file (one ``pwrite``)."""
+        if self._active is None or self._written >= self.entries:
+            return
+        size = self.entry.size
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, self._active[self._written * size : self.entries * size], self._written * size)
+        finally:
+            os.close(fd)
+        self._written = self.entries
 
     def seal(self) -> None:
-        """Trim the file to its entries and close it (segment rolled or log closed). The
-        entries written with pwrite stay in the page cache until the fsync the log queues
-        for the sealed segment."""
-        if self._fd is not None:
-            os.ftruncate(self._fd, self.entries * self.entry.size)
-            self._close_file()
+        """Write the pending entries, trim the file to its entries and keep none in memory
+        (segment rolled or log closed). They stay in the page cache until the fsync the log
+        queues for the sealed segment."""
+        if self._active is not None:
+            self.write_pending()
+            os.truncate(self.path, self.entries * self.entry.size)
+            self._active = None
         self._data = None
 
     def reset(self) -> None:
         """Forget every entry (before a rebuild)."""
-        self.entries = 0
+        self.entries = self._written = 0
         self._data = None
         if self._active is not None:
             del self._active[:]
@@ -88,6 +101,7 @@ class _Index:
 
     def truncate_entries(self, keep: int) -> None:
         self.entries = min(self.entries, keep)
+        self._written = min(self._written, self.entries)
         if self._active is not None:
             del self._active[self.entries * self.entry.size :]
         else:
@@ -95,17 +109,12 @@ class _Index:
             self._data = None
 
     def sync(self) -> None:
-        """Write the entries through to disk (an fsync of the file; the log calls it from
-        its flusher thread)."""
+        """Write the entries through to disk."""
+        self.write_pending()
         fsync_path(self.path)
 
     def close(self) -> None:
         self.seal()
-
-    def _close_file(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = self._active = None
 
     # -- reading --------------------------------------------------------------------------
 
@@ -136,10 +145,8 @@ class _Index:
         return lo - 1
 
     def _append(self, *fields: int) -> None:
-        assert self._fd is not None and self._active is not None, "append to a sealed index"
-        entry = self.entry.pack(*fields)
-        os.pwrite(self._fd, entry, self.entries * self.entry.size)
-        self._active += entry
+        assert self._active is not None, "append to a sealed index"
+        self._active += self.entry.pack(*fields)
         self.entries += 1
 
 

@@ -275,6 +275,8 @@ class SegmentLog:
         """Queue an fsync of every segment holding offsets past the recovery point; the
         recovery point moves to the current log end once it is done."""
         pending = [seg for seg, end in zip(self._segments, self._ends()) if end > self.recovery_point]
+        for seg in pending:
+            seg.write_index()  # the active segment's entries are in memory until now
         targets = [self._sync_target(seg) for seg in pending]
         self._unflushed = 0
         self._last_flush = time.monotonic()

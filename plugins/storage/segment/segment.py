@@ -190,6 +190,11 @@ class LogSegment:
         self.time_index.seal()
         self.active = False
 
+    def write_index(self) -> None:
+        """Write the active indexes' pending entries to their files (before an fsync)."""
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+
     def sync(self) -> None:
         """fsync the log and both indexes."""
         os.fsync(self.fd)
@@ -250,47 +255,18 @@ class LogSegment:
         except OSError:
             os.ftruncate(self.fd, position)  # never leave half a batch behind
             raise
-        before = self._index_state()
-        try:
-            mv = memoryview(records)
-            p = 0
-            while p < len(mv):
-                base, length = _START.unpack_from(mv, p)
-                last = base + _LAST_DELTA.unpack_from(mv, p + _LAST_DELTA_AT)[0]
-                max_ts = _MAX_TIMESTAMP.unpack_from(mv, p + _MAX_TIMESTAMP_AT)[0]
-                if position == 0 and p == 0:
-                    self.rolling_base_ms = max_ts
-                self._index_batch(position + p, last, max_ts, LOG_OVERHEAD + length)
-                p += LOG_OVERHEAD + length
-                self.next_offset = last + 1
-        except OSError:  # an index entry could not be written (a full disk): none of the append stays
-            os.ftruncate(self.fd, position)
-            self._restore_index_state(before)
-            raise
         self.size += len(records)
-
-    def _index_state(self) -> tuple:
-        return (
-            self.offset_index.entries,
-            self.time_index.entries,
-            self.max_timestamp,
-            self.offset_of_max_timestamp,
-            self.bytes_since_last_index_entry,
-            self.rolling_base_ms,
-            self.next_offset,
-        )
-
-    def _restore_index_state(self, state: tuple) -> None:
-        offset_entries, time_entries, *rest = state
-        self.offset_index.truncate_entries(offset_entries)
-        self.time_index.truncate_entries(time_entries)
-        (
-            self.max_timestamp,
-            self.offset_of_max_timestamp,
-            self.bytes_since_last_index_entry,
-            self.rolling_base_ms,
-            self.next_offset,
-        ) = rest
+        mv = memoryview(records)
+        p = 0
+        while p < len(mv):
+            base, length = _START.unpack_from(mv, p)
+            last = base + _LAST_DELTA.unpack_from(mv, p + _LAST_DELTA_AT)[0]
+            max_ts = _MAX_TIMESTAMP.unpack_from(mv, p + _MAX_TIMESTAMP_AT)[0]
+            if position == 0 and p == 0:
+                self.rolling_base_ms = max_ts
+            self._index_batch(position + p, last, max_ts, LOG_OVERHEAD + length)
+            p += LOG_OVERHEAD + length
+            self.next_offset = last + 1
 
     def _index_batch(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
         if max_timestamp > self.max_timestamp:
