@@ -108,7 +108,11 @@ class Server:
             if conn.family in (socket.AF_INET, socket.AF_INET6):
                 # As Kafka's Acceptor: responses leave at once. asyncio sets this only on
                 # sockets whose protocol number says TCP, which accepted ones do not (uvloop does).
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                try:
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                except OSError:  # already reset by the client
+                    conn.close()
+                    continue
             ip = str(peer[0])
             if not self.quotas.admit(listener.name, ip):
                 log.info("%s: closing a connection from %s: max.connections.per.ip reached", listener.name, ip)
