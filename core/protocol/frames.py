@@ -90,9 +90,7 @@ def parse_request_header_untrusted(
         version = request_header_version(request_spec(api_key), api_version)
     client_id = r.string(compact=False) if version >= 1 else None
     if version >= 2:
-        for _ in range(r.uvarint()):
-            r.uvarint()
-            r.skip(r.uvarint())
+        r.skip_tagged_fields()
     return RequestHeader(api_key, api_version, correlation_id, client_id, version), r
 
 
@@ -143,9 +141,7 @@ def decode_response(api_key: int, api_version: int, frame: bytes | memoryview):
     r = Reader(frame)
     correlation_id = r.int32()
     if response_header_version(api_key, spec, api_version) >= 1:
-        for _ in range(r.uvarint()):
-            r.uvarint()
-            r.skip(r.uvarint())
+        r.skip_tagged_fields()
     body = spec.decode(api_version, r)
     if r.remaining:
         raise CorruptRequest(f"{r.remaining} trailing bytes in {spec.name} v{api_version}")

@@ -152,6 +152,12 @@ class Reader:
             return None
         return self.take(n)
 
+    def skip_tagged_fields(self) -> None:
+        """Skip a flexible struct's tagged fields (for structs and headers that define none)."""
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.skip(self.uvarint())
+
 
 class Writer:
     """Builds an encoded message in one bytearray."""

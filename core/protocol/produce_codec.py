@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 
 from ..errors import CorruptRequest
-from .primitives import Reader, Writer, encode_uvarint
+from .primitives import Reader, Writer
 from .schema import load_message
 
 KEY = 0
@@ -29,16 +29,6 @@ _PartitionProduceData = _REQ.struct("PartitionProduceData")
 _NO_LEADER = _RESP.struct("LeaderIdAndEpoch")()
 
 _PARTITION = struct.Struct(">ihqq")  # index, error code, base offset, log append time
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_I16 = struct.Struct(">h")
-
-
-def _skip_tagged_fields(r: Reader) -> None:
-    """Produce requests define no tagged fields: skip whatever a client sends."""
-    for _ in range(r.uvarint()):
-        r.uvarint()
-        r.skip(r.uvarint())
 
 
 def _count(r: Reader, flexible: bool, name: str) -> int:
@@ -68,26 +58,13 @@ def decode_request(version: int, r: Reader):
             index = r.int32()
             partitions.append(_PartitionProduceData(index=index, records=r.bytes(flexible)))
             if flexible:
-                _skip_tagged_fields(r)
+                r.skip_tagged_fields()
         if flexible:
-            _skip_tagged_fields(r)
+            r.skip_tagged_fields()
         topics.append(_TopicProduceData(partition_data=partitions, **topic))
     if flexible:
-        _skip_tagged_fields(r)
+        r.skip_tagged_fields()
     return _ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms, topic_data=topics)
-
-
-def _length(buf: bytearray, n: int, flexible: bool) -> None:
-    buf += encode_uvarint(n + 1) if flexible else _I32.pack(n)
-
-
-def _string(buf: bytearray, value: str | None, flexible: bool) -> None:
-    if value is None:
-        buf += b"\x00" if flexible else b"\xff\xff"
-        return
-    data = value.encode()
-    buf += encode_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))
-    buf += data
 
 
 def encode_response(version: int, response, w: Writer) -> bool:
@@ -100,30 +77,30 @@ def encode_response(version: int, response, w: Writer) -> bool:
     ):
         return False
     buf = w.buf
-    _length(buf, len(response.responses), flexible)
+    w.length(len(response.responses), flexible)
     for t in response.responses:
         if version >= TOPIC_IDS_VERSION:
             buf += t.topic_id.bytes
         else:
-            _string(buf, t.name, flexible)
-        _length(buf, len(t.partition_responses), flexible)
+            w.string(t.name, flexible)
+        w.length(len(t.partition_responses), flexible)
         for p in t.partition_responses:
             buf += _PARTITION.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
             if version >= 5:
-                buf += _I64.pack(p.log_start_offset)
+                w.int64(p.log_start_offset)
             if version >= 8:
-                _length(buf, len(p.record_errors), flexible)
+                w.length(len(p.record_errors), flexible)
                 for e in p.record_errors:
-                    buf += _I32.pack(e.batch_index)
-                    _string(buf, e.batch_index_error_message, flexible)
+                    w.int32(e.batch_index)
+                    w.string(e.batch_index_error_message, flexible)
                     if flexible:
                         buf.append(0)
-                _string(buf, p.error_message, flexible)
+                w.string(p.error_message, flexible)
             if flexible:
                 buf.append(0)
         if flexible:
             buf.append(0)
-    buf += _I32.pack(response.throttle_time_ms)
+    w.int32(response.throttle_time_ms)
     if flexible:
         buf.append(0)
     return True
