@@ -54,7 +54,7 @@ from brokkr.plugins.storage.memory import MemoryStorage
 from confluent_kafka import KafkaException
 from confluent_kafka import admin as ck
 from confluent_kafka.admin import AdminClient
-from produce import create_topic, free_port, start_broker, stop_broker
+from produce import create_topic, free_port, installed_plugins, start_broker, stop_broker
 from raw_produce import produce_frame, timed_run
 
 CLIENT_ID = "brokkr-bench"
@@ -226,12 +226,13 @@ def end_to_end(args, acls, frames: dict[int, bytes], runs: dict, rotation: int) 
     return None
 
 
-EXAMPLES = "example-policy,tenant-authorizer,fair-quota"  # installed beside brokkr in dev setups
+# start_broker blocks the entry-point plugins installed beside brokkr (the dev setup's
+# examples); "bare" blocks the built-in authorizer and quota plugins as well.
+BARE = ",".join(filter(None, [installed_plugins(), "brokkr.plugins.auth.acl", "brokkr.plugins.quota.client_quotas"]))
 MODES = {
-    "bare": {"brokkr.plugins.disabled": f"{EXAMPLES},brokkr.plugins.auth.acl,brokkr.plugins.quota.client_quotas"},
-    "off": {"brokkr.plugins.disabled": EXAMPLES},
+    "bare": {"brokkr.plugins.disabled": BARE},
+    "off": {},
     "on": {
-        "brokkr.plugins.disabled": EXAMPLES,
         "authorizer.class.name": "acl",
         "allow.everyone.if.no.acl.found": "true",  # so that the first CreateAcls may; its cluster ACL then allows
     },
