@@ -7,6 +7,8 @@ import threading
 import time
 
 import pytest
+from authorizers import Deny
+from brokkr.core.authorization import AclOperation, ResourceType
 from brokkr.core.errors import ErrorCode
 from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.frames import decode_response, encode_request, request_spec
@@ -433,21 +435,12 @@ def test_elect_leaders_alone_has_nothing_to_elect(brokkr_broker, topic):
     assert everything.replica_election_results == [] and bad.error_code == ErrorCode.INVALID_REQUEST
 
 
-class DenyAlterCluster:
-    @hookimpl
-    def brokkr_authorize(self, actions):
-        from brokkr.core.authorization import AclOperation, AuthorizationResult, ResourceType
-
-        return [
-            AuthorizationResult.DENIED
-            if a.resource_type == ResourceType.CLUSTER and a.operation == AclOperation.ALTER
-            else AuthorizationResult.ALLOWED
-            for a in actions
-        ]
+def deny_alter_cluster(a) -> bool:
+    return a.resource_type == ResourceType.CLUSTER and a.operation == AclOperation.ALTER
 
 
 def test_elect_leaders_needs_alter_on_the_cluster(brokkr_broker_factory):
-    broker = brokkr_broker_factory(plugins=(DenyAlterCluster(),))
+    broker = brokkr_broker_factory(plugins=(Deny(deny_alter_cluster),))
     spec = request_spec(43)
     with RawClient(broker.bootstrap_servers) as c:
         response = c.request(43, 1, spec.cls(election_type=0, topic_partitions=None, timeout_ms=1000))

@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from brokkr.core.authorization import AclOperation, AuthorizationResult, ResourceType
+from authorizers import Deny
+from brokkr.core.authorization import AclOperation, ResourceType
 from brokkr.core.client import RawClient
 from brokkr.core.errors import ErrorCode
-from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import read_all_records
 from brokkr.plugins.groups import coordinator_of
@@ -152,21 +152,13 @@ def test_the_group_size_is_bounded(brokkr_broker_factory):
         assert join(c, member_id="m2").error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
 
 
-class DenySecrets:
+def deny_secrets(a) -> bool:
     """Denies everything on group "secret" and on topic "hidden"."""
-
-    @hookimpl
-    def brokkr_authorize(self, actions):
-        return [
-            AuthorizationResult.DENIED
-            if (a.resource_type, a.resource_name) in ((ResourceType.GROUP, "secret"), (ResourceType.TOPIC, "hidden"))
-            else AuthorizationResult.ALLOWED
-            for a in actions
-        ]
+    return (a.resource_type, a.resource_name) in ((ResourceType.GROUP, "secret"), (ResourceType.TOPIC, "hidden"))
 
 
 def test_groups_and_topics_are_authorized(brokkr_broker_factory):
-    b = start(brokkr_broker_factory, plugins=(DenySecrets(),))
+    b = start(brokkr_broker_factory, plugins=(Deny(deny_secrets),))
     b.call(b.broker.create_topic, "hidden", 1)
     with RawClient(b.bootstrap_servers) as c:
         assert join(c, group="secret").error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -189,7 +181,7 @@ def test_describing_a_group_with_a_hidden_topic_fails(brokkr_broker_factory):
     b.call(b.broker.create_topic, "hidden", 1)
     with RawClient(b.bootstrap_servers) as c:
         assert join(c, subscribed_topic_names=["hidden"]).error_code == 0
-    b.broker.pm.register(DenySecrets(), name="deny-secrets")
+    b.broker.pm.register(Deny(deny_secrets), name="deny-secrets")
     with RawClient(b.bootstrap_servers) as c:
         (g,) = c.request(DESCRIBE, 0, req(DESCRIBE, group_ids=["g"])).groups
     assert (g.error_code, g.members) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, [])

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from brokkr.core.authorization import AclOperation, AuthorizationResult, ResourceType
+from authorizers import Deny
+from brokkr.core.authorization import AclOperation, ResourceType
 from brokkr.core.client import RawClient
 from brokkr.core.errors import ErrorCode
-from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import read_all_records
 from brokkr.plugins.groups import coordinator_of
@@ -300,21 +300,13 @@ def test_delete_groups_and_offsets(broker):
         assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
 
 
-class DenyGroupSecret:
+def deny_group_secret(a) -> bool:
     """Denies everything on group "secret"."""
-
-    @hookimpl
-    def brokkr_authorize(self, actions):
-        return [
-            AuthorizationResult.DENIED
-            if a.resource_type == ResourceType.GROUP and a.resource_name == "secret"
-            else AuthorizationResult.ALLOWED
-            for a in actions
-        ]
+    return a.resource_type == ResourceType.GROUP and a.resource_name == "secret"
 
 
 def test_an_unauthorized_group_is_refused_and_not_listed(brokkr_broker_factory):
-    b = brokkr_broker_factory(FAST, plugins=(DenyGroupSecret(),))
+    b = brokkr_broker_factory(FAST, plugins=(Deny(deny_group_secret),))
     b.call(b.broker.create_topic, "t", 1)
     with RawClient(b.bootstrap_servers) as c:
         c.request(FIND_COORDINATOR, 3, req(FIND_COORDINATOR, key="open", key_type=0))

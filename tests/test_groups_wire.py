@@ -4,9 +4,9 @@ of a group as Kafka computes it, ``__consumer_offsets`` and the load-in-progress
 from __future__ import annotations
 
 import pytest
-from brokkr.core.authorization import AclOperation, AuthorizationResult, ResourceType
+from authorizers import Deny
+from brokkr.core.authorization import AclOperation, ResourceType
 from brokkr.core.errors import ErrorCode
-from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.testing import RawClient
 from brokkr.plugins.groups import coordinator_of
@@ -71,23 +71,15 @@ def test_find_coordinator_answers_each_key_of_a_batch(brokkr_broker, version):
     assert [k.error_code for k in other.coordinators] == [ErrorCode.INVALID_REQUEST]
 
 
-class DenyGroup:
+def deny_group(a) -> bool:
     """Denies DESCRIBE on group "secret"."""
-
-    @hookimpl
-    def brokkr_authorize(self, actions):
-        return [
-            AuthorizationResult.DENIED
-            if a.resource_type == ResourceType.GROUP
-            and a.resource_name == "secret"
-            and a.operation == AclOperation.DESCRIBE
-            else AuthorizationResult.ALLOWED
-            for a in actions
-        ]
+    return (
+        a.resource_type == ResourceType.GROUP and a.resource_name == "secret" and a.operation == AclOperation.DESCRIBE
+    )
 
 
 def test_find_coordinator_needs_describe_on_the_group(brokkr_broker_factory):
-    broker = brokkr_broker_factory(plugins=(DenyGroup(),))
+    broker = brokkr_broker_factory(plugins=(Deny(deny_group),))
     with RawClient(broker.bootstrap_servers) as c:
         denied = c.request(FIND_COORDINATOR, 3, FindCoordinatorRequest(key="secret", key_type=0))
     assert denied.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED

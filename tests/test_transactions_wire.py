@@ -9,14 +9,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from brokkr.core.authorization import AclOperation, AuthorizationResult, ResourceType
+from brokkr.core.authorization import AclOperation, ResourceType
 from brokkr.core.errors import ErrorCode
-from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import TRANSACTIONAL_FLAG, build_batch
 from brokkr.core.testing import RawClient
 from brokkr.plugins.groups import coordinator_of
 
+from tests.authorizers import Deny
 from tests.txn_coordinator import (
     ADD_OFFSETS,
     FAST,
@@ -169,24 +169,17 @@ def test_produce_refuses_a_transactional_batch_for_a_partition_never_added(broke
     assert broker.broker.partition("a", 1).high_watermark == 0
 
 
-class Deny:
-    """Denies WRITE on transactional id "secret", READ on group "g-secret" and WRITE on topic "a"
-    for the ids starting with "no-topic"."""
-
-    @hookimpl
-    def brokkr_authorize(self, actions):
-        return [
-            AuthorizationResult.DENIED
-            if (a.resource_type == ResourceType.TRANSACTIONAL_ID and a.resource_name == "secret")
-            or (a.resource_type == ResourceType.GROUP and a.resource_name == "g-secret")
-            or (a.resource_type == ResourceType.CLUSTER and a.operation == AclOperation.CLUSTER_ACTION)
-            else AuthorizationResult.ALLOWED
-            for a in actions
-        ]
+def deny_secrets(a) -> bool:
+    """Denies WRITE on transactional id "secret", READ on group "g-secret" and CLUSTER_ACTION."""
+    return (
+        (a.resource_type == ResourceType.TRANSACTIONAL_ID and a.resource_name == "secret")
+        or (a.resource_type == ResourceType.GROUP and a.resource_name == "g-secret")
+        or (a.resource_type == ResourceType.CLUSTER and a.operation == AclOperation.CLUSTER_ACTION)
+    )
 
 
 def test_authorization_of_ids_groups_and_broker_requests(brokkr_broker_factory):
-    b = brokkr_broker_factory(FAST, plugins=(Deny(),))
+    b = brokkr_broker_factory(FAST, plugins=(Deny(deny_secrets),))
     b.call(b.broker.create_topic, "a")
     ready(b)
     with RawClient(b.bootstrap_servers) as c:
@@ -290,23 +283,17 @@ def test_without_the_coordinator_init_producer_id_is_not_coordinator(brokkr_brok
         assert init_producer_id(c, None).error_code == 0  # idempotent producers are core's
 
 
-class HideOne:
+def hide_one(a) -> bool:
     """Denies DESCRIBE (only) on transactional id "hidden"."""
-
-    @hookimpl
-    def brokkr_authorize(self, actions):
-        return [
-            AuthorizationResult.DENIED
-            if a.resource_type == ResourceType.TRANSACTIONAL_ID
-            and a.resource_name == "hidden"
-            and a.operation == AclOperation.DESCRIBE
-            else AuthorizationResult.ALLOWED
-            for a in actions
-        ]
+    return (
+        a.resource_type == ResourceType.TRANSACTIONAL_ID
+        and a.resource_name == "hidden"
+        and a.operation == AclOperation.DESCRIBE
+    )
 
 
 def test_list_transactions_leaves_out_ids_the_principal_may_not_describe(brokkr_broker_factory):
-    b = brokkr_broker_factory(FAST, plugins=(HideOne(),))
+    b = brokkr_broker_factory(FAST, plugins=(Deny(hide_one),))
     ready(b)
     with RawClient(b.bootstrap_servers) as c:
         started(c, "hidden")

@@ -11,10 +11,10 @@ import zlib
 
 import crc32c
 import pytest
+from authorizers import Deny
 from brokkr.core import validation
-from brokkr.core.authorization import AuthorizationResult, ResourceType
+from brokkr.core.authorization import ResourceType
 from brokkr.core.errors import ErrorCode
-from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.records import (
     ATTRIBUTES_OFFSET,
     CONTROL_FLAG,
@@ -185,22 +185,15 @@ def test_a_transactional_batch_without_transactional_id_fails_the_whole_request(
     assert (log_end(brokkr_broker, a), log_end(brokkr_broker, b)) == (0, 0)
 
 
-class DenyTransactionalIds:
-    @hookimpl
-    def brokkr_authorize(self, actions):
-        return [
-            AuthorizationResult.DENIED
-            if a.resource_type == ResourceType.TRANSACTIONAL_ID
-            else AuthorizationResult.ALLOWED
-            for a in actions
-        ]
+def deny_transactional_ids(a) -> bool:
+    return a.resource_type == ResourceType.TRANSACTIONAL_ID
 
 
 @pytest.mark.parametrize(
     "transactional, code", [(False, ErrorCode.NONE), (True, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)]
 )
 def test_the_transactional_id_is_authorized_only_for_transactional_batches(brokkr_broker_factory, transactional, code):
-    broker = brokkr_broker_factory(plugins=[DenyTransactionalIds()])
+    broker = brokkr_broker_factory(plugins=[Deny(deny_transactional_ids)])
     t = topic(broker)
     attributes = TRANSACTIONAL_FLAG if transactional else 0
     records = build_batch([(b"k", b"v")], attributes=attributes, producer_id=1, producer_epoch=0, base_sequence=0)
