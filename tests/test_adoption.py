@@ -128,6 +128,8 @@ def test_new_batches_take_the_latest_epoch_even_without_a_batch_at_it(tmp_path, 
     if source == "metadata log":
         checkpoint.unlink()
     broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    # the checkpoint is written on the storage's flusher thread: wait for its queue
+    broker.call(lambda: broker.broker.storage.flusher.submit(lambda: None)).result(timeout=10)
     assert files.read_leader_epochs(checkpoint)[-1] == (38, 2)
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
     producer.produce(KSQL, b"after adoption", partition=0)

@@ -57,6 +57,7 @@ def test_partition_directory_holds_kafkas_files(harness):
     bases = [s.base_offset for s in plog.segments()]
     assert len(bases) >= 3
     expected = {f"{b:020d}{suffix}" for b in bases for suffix in (".log", ".index", ".timeindex")}
+    drain(harness)  # the leader-epoch-checkpoint is written on the flusher (temp file, then rename)
     assert set(names(d)) == expected | {"partition.metadata", "leader-epoch-checkpoint"}
     [stored] = harness.storage.load_topics()
     assert (d / "partition.metadata").read_text() == f"version: 0\ntopic_id: {files.kafka_uuid(stored.topic_id)}\n"
@@ -233,6 +234,7 @@ def test_leftover_files_are_removed_at_start(harness):
     (d / f"{1:020d}.snapshot.tmp").write_bytes(b"half")  # a snapshot write interrupted
     (harness.directory / "gone-0.0123abcd-delete").mkdir()
     harness.log()
+    drain(harness)
     assert names(d) == [
         f"{0:020d}.index",
         f"{0:020d}.log",
