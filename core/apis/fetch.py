@@ -146,10 +146,10 @@ async def handle(broker, ctx, request):
     committed = not follower and request.isolation_level == READ_COMMITTED
     max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
     responses, total = _read_all(broker, plan, max_bytes, follower, committed)
-    if divergent:
-        _add_divergent(request, responses, divergent, broker)
     watched = {p for _, _, items in plan for _, p, err in items if p is not None and not err}
-    if total < request.min_bytes and request.max_wait_ms > 0 and watched and not has_error:
+    # A follower told to truncate is answered at once (as Kafka's fetch completes
+    # immediately on a diverging epoch), not after waiting for its other partitions' bytes.
+    if total < request.min_bytes and request.max_wait_ms > 0 and watched and not has_error and not divergent:
         # A consumer's new bytes count once the high watermark (read_committed: the last
         # stable offset, which only moves when the high watermark or a marker does) passes
         # some of them.
@@ -162,7 +162,8 @@ async def handle(broker, ctx, request):
 
         await broker.purgatory.wait(DelayedOperation(request.max_wait_ms, enough), watched)
         responses, total = _read_all(broker, plan, max_bytes, follower, committed)
-
+    if divergent:
+        _add_divergent(request, responses, divergent, broker)
     ctx.usage["fetch"] = total
     return FetchResponse(error_code=ErrorCode.NONE, session_id=0, responses=responses)
 

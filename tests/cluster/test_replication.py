@@ -215,19 +215,25 @@ def test_replicas_spread_over_the_brokers_racks(brokkr_broker_factory, brokkr_zo
         assert {racks[r] for r in replicas} == {"east", "west"}, f"both racks hold a replica: {replicas}"
 
 
-def test_stale_and_future_leader_epochs_and_where_epochs_end(brokkr_cluster):
+def ten_records_then_a_new_leader(brokkr_cluster, name: str):
+    """Three brokers, ``name`` (RF 3) holding 10 records of epoch 0, and its first leader
+    stopped: (the two brokers left, the new leader, the other one). Epoch 0 ends at 10."""
     brokers = brokkr_cluster(3)
-    first = create(brokers, "e", 1, 3)[0][0]
+    first = create(brokers, name, 1, 3)[0][0]
     producer = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all"})
     for i in range(10):
-        producer.produce("e", b"%d" % i)
+        producer.produce(name, b"%d" % i)
     assert producer.flush(DEADLINE) == 0
     old = next(b for b in brokers if b.broker.node_id == first)
-    old.stop()  # leadership moves: epoch 1 starts at offset 10
+    old.stop()
     alive = [b for b in brokers if b is not old]
-    leader_id = wait_for("a new leader", lambda: (m := leaders(alive, "e", 1)) and m[0][0] != first and m)[0][0]
+    leader_id = wait_for("a new leader", lambda: (m := leaders(alive, name, 1)) and m[0][0] != first and m)[0][0]
     leader = next(b for b in alive if b.broker.node_id == leader_id)
-    follower = next(b for b in alive if b is not leader)
+    return alive, leader, next(b for b in alive if b is not leader)
+
+
+def test_stale_and_future_leader_epochs_and_where_epochs_end(brokkr_cluster):
+    _, leader, follower = ten_records_then_a_new_leader(brokkr_cluster, "e")
     epoch = leader.call(lambda: leader.broker.partition("e", 0).leader_epoch)
     assert epoch >= 1
     with RawClient(leader.bootstrap_servers) as c:
@@ -256,6 +262,38 @@ def test_stale_and_future_leader_epochs_and_where_epochs_end(brokkr_cluster):
     with RawClient(follower.bootstrap_servers) as c:
         r = c.request(OFFSET_FOR_LEADER_EPOCH, 4, offset_for_leader_epoch_body("e", 0))
         assert r.topics[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_follower_told_to_truncate_is_answered_at_once_beside_partitions_with_nothing_new(brokkr_cluster):
+    """A follower fetches two partitions from one leader: on one its log parts from the
+    leader's (it holds epoch 0 past where epoch 0 ended there), the other has nothing new.
+    The answer says where to truncate to (KIP-320's diverging epoch), at once, as Kafka's
+    fetch completes on a diverging epoch. It used to be lost when the idle partition made
+    the fetch wait, and a replica restarted after a leader change never rejoined the ISR."""
+    alive, leader, follower = ten_records_then_a_new_leader(brokkr_cluster, "d")
+    leader_id, follower_id = leader.broker.node_id, follower.broker.node_id
+    admin = AdminClient({"bootstrap.servers": bootstrap(alive)})
+    idle = NewTopic("idle", 1, replica_assignment=[[leader_id, follower_id]])
+    admin.create_topics([idle])["idle"].result(DEADLINE)
+    wait_for("the idle topic's leader", lambda: (m := leaders(alive, "idle", 1)) and m[0][0] == leader_id)
+    epochs = {name: leader.call(lambda n=name: leader.broker.partition(n, 0).leader_epoch) for name in ("d", "idle")}
+
+    body = fetch_body("d", offset=12, max_wait_ms=10000, min_bytes=1)
+    body.replica_id = follower_id
+    d = body.topics[0].partitions[0]
+    d.current_leader_epoch, d.last_fetched_epoch = epochs["d"], 0
+    body.topics.append(fetch_body("idle", offset=0).topics[0])
+    body.topics[1].partitions[0].current_leader_epoch = epochs["idle"]
+    with RawClient(leader.bootstrap_servers) as c:
+        start = time.monotonic()
+        r = c.request(FETCH, 12, body)
+        waited = time.monotonic() - start
+    answers = {t.topic: p for t in r.responses for p in t.partitions}
+    assert set(answers) == {"d", "idle"}, "both partitions are answered"
+    assert answers["d"].error_code == 0
+    assert (answers["d"].diverging_epoch.epoch, answers["d"].diverging_epoch.end_offset) == (0, 10)
+    assert answers["idle"].error_code == 0 and not answers["idle"].records
+    assert waited < 5, f"answered after {waited:.1f} s: the fetch waited for bytes instead"
 
 
 class FollowersRefused:
