@@ -431,6 +431,7 @@ class ReplicaFetcher:
     partitions: set = attrs.field(factory=set)
     _task: asyncio.Task | None = None
     _client: BrokerClient | None = None
+    _errors: dict = attrs.field(factory=dict)  # the last error each partition's fetch answered
 
     def __attrs_post_init__(self) -> None:
         self._task = asyncio.ensure_future(self._run())
@@ -515,8 +516,14 @@ class ReplicaFetcher:
                 elif pd.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._out_of_range(partition, pd)
                 elif pd.error_code:
-                    log.debug("%s: fetch from %d answered %s", partition.name, self.leader, pd.error_code)
+                    if self._errors.get(partition) != pd.error_code:  # said once per spell
+                        log.info(
+                            "%s: fetch from %d answered %s", partition.name, self.leader, ErrorCode(pd.error_code).name
+                        )
+                    self._errors[partition] = pd.error_code
+                    continue
                 else:
+                    self._errors.pop(partition, None)
                     try:
                         flushes += self.manager.follower_append(partition, pd.records or b"", pd.high_watermark)
                     except OffsetOutOfRange:

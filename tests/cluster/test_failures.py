@@ -169,7 +169,9 @@ def test_sigkilled_and_paused_leaders_lose_no_acknowledged_record(brokkr_zookeep
         for n in nodes:
             if n.served is not None:
                 n.kill()
-                print(f"--- broker {n.node_id} ---\n" + n.served.output()[-6000:])
+                output = n.served.output()
+                (tmp_path / f"broker{n.node_id}.log").write_text(output)
+                print(f"--- broker {n.node_id} ---\n" + output[-6000:])
         raise
     finally:
         for n in nodes:
