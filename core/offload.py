@@ -1,21 +1,29 @@
 """Heavy record work away from the event loop: the broker's offload pool.
 
-Walking the records of a large or compressed batch costs about 2 us of Python per record,
-so a 767-byte zstd batch of a million empty records would hold the event loop for
-seconds. Such walks (:class:`brokkr.core.validation.RecordWalk`: decompress, walk, check,
-rebuild) run here instead, in worker processes, so that other connections keep their
-latency and compressed produce uses more than one core. A thread would not do: the walk
-holds the GIL, and the event loop would wait for it at every switch interval.
+Decompressing and walking the records of a large or compressed batch costs up to a
+millisecond a megabyte; a 767-byte zstd batch of a million empty records decompresses to
+megabytes. Such walks (:class:`brokkr.core.validation.RecordWalk`: decompress, walk, check,
+rebuild) run here instead of on the event loop, so that other connections keep their
+latency and compressed produce uses more than one core:
+
+- in worker threads, where the walk needs no per-record Python: the codecs decompress and
+  the C record walk (``core/protocol/_recordscan.c``) runs without the GIL, and the rest
+  is a few calls a batch, so the event loop and the walks run on different cores. The
+  batch is walked and stamped in the request's own buffer, with no copy;
+- in worker processes, for what would hold the GIL for a long time: a batch to rebuild
+  with another codec, damaged records or broken record rules (whose errors the Python walk
+  tells), and every walk when the C walk is not built. A thread would not do there: the
+  event loop would wait for the GIL at every switch interval.
 
 Memory is bounded: at most ``workers`` walks run at once (a walk holds at most the
 decompression bound, ``socket.request.max.bytes``, plus what it builds from it); further
 ones wait their turn in their own connection's task, never blocking the loop.
 
 Each worker builds its own codec objects from the classes of the broker's codecs (codec
-objects keep compression contexts, which do not cross processes). A codec whose class
-cannot be built without arguments, in the worker's import path, is not offloaded: walks
-using it run on the event loop as before. The pool belongs to one broker, starts with the
-first walk that needs it, and stops with the broker.
+objects keep compression contexts, which are not shared between threads nor cross
+processes). A codec whose class cannot be built without arguments, in the worker's import
+path, is not offloaded: walks using it run on the event loop as before. The pool belongs to
+one broker, starts with the first walk that needs it, and stops with the broker.
 """
 
 from __future__ import annotations
@@ -27,13 +35,14 @@ import multiprocessing
 import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 import attrs
 
 from .compression import Codec
-from .validation import RecordWalk, ValidatedRecords
+from .protocol.records import C_WALK
+from .validation import RecordWalk, RunElsewhere, ValidatedRecords
 
 log = logging.getLogger("brokkr.offload")
 
@@ -54,9 +63,12 @@ def _codec_classes(codecs: dict[int, Codec]) -> dict[int, tuple[str, str]]:
     return classes
 
 
+def _build_codecs(classes: dict[int, tuple[str, str]]) -> dict[int, Codec]:
+    return {codec_id: getattr(importlib.import_module(module), name)() for codec_id, (module, name) in classes.items()}
+
+
 def _start_worker(classes: dict[int, tuple[str, str]]) -> None:
-    for codec_id, (module, name) in classes.items():
-        _worker_codecs[codec_id] = getattr(importlib.import_module(module), name)()
+    _worker_codecs.update(_build_codecs(classes))
     threading.Thread(target=_exit_with_broker, args=(os.getppid(),), daemon=True).start()
 
 
@@ -73,13 +85,15 @@ def _run(walk: RecordWalk) -> ValidatedRecords:
 
 
 class OffloadPool:
-    """One broker's worker processes for record walks."""
+    """One broker's worker threads and processes for record walks."""
 
     def __init__(self, codecs: dict[int, Codec], workers: int | None = None):
         self.codecs = codecs
         self.workers = workers or max(1, min(4, os.cpu_count() or 1))
         self._classes: dict[int, tuple[str, str]] | None = None
         self._pool: ProcessPoolExecutor | None = None
+        self._threads: ThreadPoolExecutor | None = None
+        self._thread_codecs = threading.local()
         self._slots = asyncio.Semaphore(self.workers)
 
     async def run(self, walk: RecordWalk) -> ValidatedRecords:
@@ -88,14 +102,27 @@ class OffloadPool:
         if walk.header.codec not in self._classes or walk.target not in self._classes:
             return walk.run(self.codecs)  # a codec the workers cannot rebuild: here, as before
         async with self._slots:
-            sent = attrs.evolve(walk, records=bytes(walk.records))  # copied only once a worker is free
             loop = asyncio.get_running_loop()
+            if C_WALK:
+                if self._threads is None:
+                    self._threads = ThreadPoolExecutor(self.workers, thread_name_prefix="brokkr-walk")
+                try:
+                    return await loop.run_in_executor(self._threads, self._run_in_thread, walk)
+                except RunElsewhere:
+                    pass
+            sent = attrs.evolve(walk, records=bytes(walk.records))  # copied only once a worker is free
             try:
                 return walk.kept(await loop.run_in_executor(self._executor(), _run, sent))
             except BrokenProcessPool:  # a worker died (killed, out of memory): start afresh next time
                 log.error("a record-walk worker died; restarting the pool")
                 self._pool = None
                 raise
+
+    def _run_in_thread(self, walk: RecordWalk) -> ValidatedRecords:
+        codecs = getattr(self._thread_codecs, "codecs", None)
+        if codecs is None:
+            codecs = self._thread_codecs.codecs = _build_codecs(self._classes)
+        return walk.run(codecs, in_thread=True)
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -113,3 +140,6 @@ class OffloadPool:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
+            self._threads = None

@@ -61,6 +61,20 @@ class RecordRules:
             return False
         return self.before_max_ms < LONG_MAX or header.max_timestamp - self.now > self.after_max_ms
 
+    def pass_at_a_glance(self, header: BatchHeader, scan: RecordScan) -> bool:
+        """Whether every record keeps the rules, told from the scan's arrays without
+        per-record Python (False may still mean all records pass: :meth:`errors` decides)."""
+        if (self.compacted and scan.keyless) or header.log_append_time:
+            return False
+        if self.log_append_time or not header.record_count:
+            return True
+        return self._within_bounds(header, scan.timestamp_deltas)
+
+    def _within_bounds(self, header: BatchHeader, deltas) -> bool:
+        """Whether the records' timestamps (CreateTime) lie within before/after.max.ms of now."""
+        low, high = header.base_timestamp + min(deltas), header.base_timestamp + max(deltas)
+        return self.now - low <= self.before_max_ms and high - self.now <= self.after_max_ms
+
     def max_timestamp(self, header: BatchHeader, scan: RecordScan) -> int:
         """The batch's max timestamp as Kafka recomputes it from its (valid) records."""
         if self.log_append_time:
@@ -94,11 +108,9 @@ class RecordRules:
         if header.log_append_time:  # every record of the batch reads the header's max timestamp
             timestamps = [header.max_timestamp] * header.record_count
         else:
-            deltas = scan.timestamp_deltas
-            low, high = header.base_timestamp + min(deltas), header.base_timestamp + max(deltas)
-            if self.now - low <= self.before_max_ms and high - self.now <= self.after_max_ms:
+            if self._within_bounds(header, scan.timestamp_deltas):
                 return {}
-            timestamps = [header.base_timestamp + delta for delta in deltas]
+            timestamps = [header.base_timestamp + delta for delta in scan.timestamp_deltas]
         return {
             i: f"Timestamp {ts} of message with offset {header.base_offset + scan.offset_deltas[i]} is out of range. "
             f"The timestamp should be within [{self.now - self.before_max_ms}, {self.now + self.after_max_ms}]"

@@ -47,6 +47,7 @@ from .protocol.records import (
     RecordScan,
     crc_ok,
     iter_batches_untrusted,
+    scan_records_c,
     scan_records_untrusted,
     set_max_timestamp,
 )
@@ -189,12 +190,19 @@ class RecordWalk:
         return self.header.record_count <= INLINE_RECORDS and len(self.records) <= INLINE_BYTES
 
     def run(
-        self, codecs: dict[int, Codec], decompressed_cap: int | None = None, elsewhere: bool = False
+        self,
+        codecs: dict[int, Codec],
+        decompressed_cap: int | None = None,
+        elsewhere: bool = False,
+        in_thread: bool = False,
     ) -> ValidatedRecords:
         """Raises RecordsError, or :class:`TooLargeToRunHere` when the records decompress
         to more than ``decompressed_cap`` bytes. Run ``elsewhere`` (another process), a
         batch kept as it came is answered without its bytes (``records`` None), which
-        :meth:`kept` then stamps into the caller's own: only a rebuilt batch travels back."""
+        :meth:`kept` then stamps into the caller's own: only a rebuilt batch travels back.
+        Run ``in_thread`` (a worker thread of this process), the C record walk lets go of
+        the GIL, and anything that would take per-record Python raises
+        :class:`RunElsewhere` instead."""
         header, rules = self.header, self.rules
         records = memoryview(self.records)
         capped = decompressed_cap is not None and decompressed_cap < self.max_decompressed_size
@@ -210,7 +218,12 @@ class RecordWalk:
                 f"Invalid record in topic partition {rules.partition}: {header.record_count} records cannot fit in "
                 f"{len(payload)} bytes",
             )
-        scan = _scan(header, payload, rules)
+        if in_thread:  # only what needs no per-record Python
+            scan = scan_records_c(header, payload, release_gil=True)
+            if scan is None or not rules.pass_at_a_glance(header, scan):
+                raise RunElsewhere()
+        else:
+            scan = _scan(header, payload, rules)
         max_timestamp = rules.max_timestamp(header, scan)
         log_append_time = rules.now if rules.log_append_time else NO_TIMESTAMP
         # Kafka checks inner offsets on its compressed path only; uncompressed batches keep theirs.
@@ -219,6 +232,8 @@ class RecordWalk:
                 return ValidatedRecords(None, [header], header.record_count, max_timestamp, log_append_time)
             buf = own(records)
             header = set_max_timestamp(buf, header, max_timestamp, rules.log_append_time)
+        elif in_thread:
+            raise RunElsewhere()
         else:
             buf = rebuild(header, payload, scan, codecs[self.target], max_timestamp, rules.log_append_time)
             header = BatchHeader.unpack(buf)
@@ -242,6 +257,11 @@ class RecordWalk:
 
 class TooLargeToRunHere(Exception):
     """A walk meant for the event loop found more bytes than it may decompress there."""
+
+
+class RunElsewhere(Exception):
+    """A walk in a worker thread met work that takes per-record Python (damaged records,
+    a broken record rule, a batch to rebuild), which would hold the GIL: a process's work."""
 
 
 def _single_batch(records: memoryview, api_version: int) -> BatchHeader:

@@ -10,15 +10,21 @@ import threading
 import time
 
 import pytest
+import zstandard
 from brokkr.core.errors import ErrorCode
+from brokkr.core.protocol.records import C_WALK, HEADER_SIZE, BatchHeader, build_batch
 from brokkr.core.testing import RawClient
 from serve import Served
 from wire import (
+    FETCH,
     LIST_OFFSETS,
     METADATA,
     PRODUCE,
+    ZSTD,
     batch,
+    compressed_batch,
     empty_records_batch,
+    fetch_body,
     list_offsets_body,
     metadata_body,
     produce_body,
@@ -137,6 +143,24 @@ def test_walk_workers_end_when_their_broker_is_killed(served):
     while time.monotonic() < deadline and any(os.path.exists(f"/proc/{w}") for w in workers):
         time.sleep(0.2)
     assert not any(os.path.exists(f"/proc/{w}") for w in workers), "no worker outlives its broker"
+
+
+def test_a_compressed_batch_kept_as_it_came_is_walked_in_a_thread_not_a_process(served):
+    """With the C record walk built, a batch with nothing to rebuild is decompressed and
+    walked in one of the broker's worker threads, in the request's own buffer: no worker
+    process starts, and what is stored is the batch as it came."""
+    if not C_WALK:
+        pytest.skip("the C record walk is not built")
+    records = [(None, b"%05d" % i) for i in range(5000)]
+    section = build_batch(records)[HEADER_SIZE:]
+    sent = compressed_batch(zstandard.ZstdCompressor().compress(section), len(records), ZSTD)
+    with RawClient(served.address, timeout=60) as c:
+        assert c.request(METADATA, 12, metadata_body("t")).topics[0].error_code == 0
+        assert part_of(c.request(PRODUCE, 9, produce_body("t", sent))).error_code == 0
+        fetched = c.request(FETCH, 12, fetch_body("t")).responses[0].partitions[0].records
+    assert not children_of(served.proc.pid), "no worker process started"
+    assert BatchHeader.unpack(fetched).codec == ZSTD
+    assert bytes(fetched[HEADER_SIZE:]) == sent[HEADER_SIZE:], "the compressed records are stored as they came"
 
 
 def test_a_compressed_batch_too_large_to_store_uncompressed_is_refused_before_its_walk(brokkr_broker_factory):

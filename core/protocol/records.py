@@ -46,6 +46,12 @@ import crc32c
 from ..errors import CorruptRequest
 from .primitives import VARINT_MAX_BYTES, VARLONG_MAX_BYTES, decode_uvarint, encode_varint
 
+try:
+    from . import _recordscan  # the record walk in C (core/protocol/_recordscan.c)
+except ImportError:  # not built: the Python walk runs
+    _recordscan = None
+C_WALK = _recordscan is not None
+
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # base_offset + batch_length
@@ -224,11 +230,36 @@ def scan_records_untrusted(header: BatchHeader, payload: bytes | memoryview) -> 
     Checks what Kafka's record iterator checks: ``record_count`` well-formed records, each
     within its declared length, that fill the section exactly. Raises CorruptRequest.
 
-    This loop is the cost of every record a compressed produce carries (Kafka walks them
-    too), so it reads the one-byte varints most fields are inline and skips keys, values
-    and headers by their lengths; it accepts and refuses exactly what :func:`_record_at`
-    does (tests/test_records.py compares them on valid and damaged batches).
+    This walk is the cost of every record a compressed produce carries (Kafka walks them
+    too): it runs in C (:func:`scan_records_c`), and what the C walk does not accept, or
+    everything when it is not built, the Python walk (:func:`scan_records_python`) decides,
+    with its error message.
     """
+    return scan_records_c(header, payload) or scan_records_python(header, payload)
+
+
+def scan_records_c(header: BatchHeader, payload: bytes | memoryview, release_gil: bool = False) -> RecordScan | None:
+    """:func:`scan_records_untrusted` in C (``_recordscan``, built with brokkr where a C
+    compiler is: a few ns a record, and without the GIL when ``release_gil``, for worker
+    threads). None when it is not built, or the records are not ones it accepts (the
+    Python walk then decides)."""
+    count = header.record_count
+    if _recordscan is None or not 0 <= count <= len(payload):  # each record takes a byte at least
+        return None
+    timestamp_deltas, offset_deltas, keyless = (array("q", bytes(8 * count)) for _ in range(3))
+    found = _recordscan.scan(payload, count, timestamp_deltas, offset_deltas, keyless, release_gil)
+    if found is None:
+        return None
+    keyless_count, sequential = found
+    del keyless[keyless_count:]
+    return RecordScan(timestamp_deltas, offset_deltas, keyless, sequential)
+
+
+def scan_records_python(header: BatchHeader, payload: bytes | memoryview) -> RecordScan:
+    """:func:`scan_records_untrusted` in Python. It reads the one-byte varints most fields
+    are inline and skips keys, values and headers by their lengths; it accepts and refuses
+    exactly what :func:`_record_at` does (tests/protocol/test_records.py compares them, and
+    the C walk with both, on valid and damaged batches)."""
     buf, pos, end = payload, 0, len(payload)
     timestamp_deltas, offset_deltas, keyless = array("q"), array("q"), array("q")
     add_timestamp, add_offset = timestamp_deltas.append, offset_deltas.append
@@ -245,8 +276,7 @@ def scan_records_untrusted(header: BatchHeader, payload: bytes | memoryview) -> 
         if pos < stop and (b := buf[pos]) < 0x80:
             timestamp_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
         else:
-            timestamp_delta, pos = decode_uvarint(buf, pos, stop, VARLONG_MAX_BYTES)
-            timestamp_delta = (timestamp_delta >> 1) ^ -(timestamp_delta & 1)
+            timestamp_delta, pos = _varlong(buf, pos, stop)
         if pos < stop and (b := buf[pos]) < 0x80:
             offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
         else:
@@ -318,8 +348,7 @@ def _record_at(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int, _
     stop = pos + length
     if length < 1 or stop > end:
         raise CorruptRequest(f"record length {length} exceeds the batch")
-    timestamp_delta, pos = decode_uvarint(buf, pos + 1, stop, VARLONG_MAX_BYTES)
-    timestamp_delta = (timestamp_delta >> 1) ^ -(timestamp_delta & 1)
+    timestamp_delta, pos = _varlong(buf, pos + 1, stop)
     offset_delta, pos = _varint(buf, pos, stop)
     key, pos = _span(buf, pos, stop)
     value, pos = _span(buf, pos, stop)
@@ -340,6 +369,13 @@ def _record_at(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int, _
 
 def _varint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
     value, pos = decode_uvarint(buf, pos, end, VARINT_MAX_BYTES)
+    return (value >> 1) ^ -(value & 1), pos
+
+
+def _varlong(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    value, pos = decode_uvarint(buf, pos, end, VARLONG_MAX_BYTES)
+    if value >> 64:  # ten bytes hold 70 bits; a long, 64
+        raise CorruptRequest("varlong out of range")
     return (value >> 1) ^ -(value & 1), pos
 
 

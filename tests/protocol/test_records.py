@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -14,12 +15,15 @@ from brokkr.core.protocol.records import (
     TRANSACTIONAL_FLAG,
     BatchHeader,
     _record_at,
+    _recordscan,
     build_batch,
     crc_ok,
     decode_records,
     iter_batches_untrusted,
     patch_batch,
     read_all_records,
+    scan_records_c,
+    scan_records_python,
     scan_records_untrusted,
 )
 
@@ -106,9 +110,19 @@ def test_kafka_transactional_batch_and_commit_marker_flags() -> None:
     assert commit.key[:4] == b"\x00\x00\x00\x01"  # control record v0, type 1 = COMMIT
 
 
-def _scan_outcome(header, payload):
+def _c_scan(header, payload):
+    """The C walk alone: its findings, or None where it leaves the bytes to the Python walk."""
+    scan = scan_records_c(header, payload)
+    return (
+        None
+        if scan is None
+        else (list(scan.timestamp_deltas), list(scan.offset_deltas), list(scan.keyless), scan.sequential)
+    )
+
+
+def _scan_outcome(header, payload, scan=scan_records_untrusted):
     try:
-        scan = scan_records_untrusted(header, payload)
+        scan = scan(header, payload)
     except CorruptRequest:
         return "corrupt"
     return list(scan.timestamp_deltas), list(scan.offset_deltas), list(scan.keyless), scan.sequential
@@ -133,8 +147,10 @@ def _walked_outcome(header, payload):
 
 
 def test_the_validation_scan_accepts_and_refuses_what_the_record_walk_does():
-    """The inlined scan (the cost of every compressed produce record) against the plain walk:
-    same findings on valid batches, same refusal of every damaged one."""
+    """The validation scan (the cost of every compressed produce record), in C and in
+    Python, against the plain walk: same findings on valid batches, same refusal of every
+    damaged one. The C walk takes every valid batch itself, and what it accepts of the
+    damaged ones it reads as the Python walk does."""
     rng = random.Random(11)
     pool = [
         (
@@ -149,11 +165,38 @@ def test_the_validation_scan_accepts_and_refuses_what_the_record_walk_does():
         stamps = [rng.randint(0, 1 << 40) for _ in chosen]
         data = bytes(build_batch(chosen, timestamps=stamps or None, timestamp=5))
         header, payload = BatchHeader.unpack(data), data[HEADER_SIZE:]
-        assert _scan_outcome(header, payload) == _walked_outcome(header, payload) != "corrupt"
+        walked = _walked_outcome(header, payload)
+        assert _scan_outcome(header, payload) == _scan_outcome(header, payload, scan_records_python) == walked
+        assert walked != "corrupt"
+        assert _recordscan is None or _c_scan(header, payload) == walked
         for _ in range(30):
             damaged = bytearray(payload)
             if damaged and rng.random() < 0.7:
                 damaged[rng.randrange(len(damaged))] = rng.randrange(256)
             else:
-                damaged = damaged[: rng.randint(0, len(damaged))]
-            assert _scan_outcome(header, bytes(damaged)) == _walked_outcome(header, bytes(damaged))
+                damaged = bytes(damaged[: rng.randint(0, len(damaged))])
+            walked = _walked_outcome(header, damaged)
+            assert _scan_outcome(header, damaged) == _scan_outcome(header, damaged, scan_records_python) == walked
+            assert _recordscan is None or _c_scan(header, damaged) in (None, walked)
+
+
+def test_the_c_walk_is_built():
+    """Where brokkr was installed with a C compiler (CI, and the README's commands), the
+    walk runs in C; set BROKKR_PYTHON_ONLY=1 where it cannot be built."""
+    if os.environ.get("BROKKR_PYTHON_ONLY"):
+        pytest.skip("BROKKR_PYTHON_ONLY is set")
+    assert _recordscan is not None, "brokkr.core.protocol._recordscan is not built: pip install -e . with gcc"
+
+
+@pytest.mark.parametrize("tail", [b"\x80" * 9 + b"\x02", b"\xff" * 9 + b"\x7f"], ids=["bit 64", "70 bits"])
+def test_a_varlong_past_64_bits_is_refused_by_both_walks(tail):
+    """Ten bytes of varlong hold 70 bits; a timestamp delta is a long."""
+    record = (
+        b"\x00" + tail + b"\x00\x01\x01\x00"
+    )  # attributes, timestamp delta, offset 0, null key and value, no headers
+    payload = encode_varint(len(record)) + record
+    header = BatchHeader.unpack(bytes(build_batch([(None, None)])))
+    assert _recordscan is None or _c_scan(header, payload) is None
+    for scan in (scan_records_untrusted, scan_records_python):
+        with pytest.raises(CorruptRequest, match="varlong"):
+            scan(header, payload)
