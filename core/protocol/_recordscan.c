@@ -125,9 +125,9 @@ scan(PyObject *module, PyObject *args)
     PyObject *ts_obj, *off_obj, *keyless_obj;
     if (!PyArg_ParseTuple(args, "y*nOOOp", &payload, &count, &ts_obj, &off_obj, &keyless_obj, &release))
         return NULL;
-    if (count < 0) {
+    if (count < 0 || count > PY_SSIZE_T_MAX / 8) {
         PyBuffer_Release(&payload);
-        PyErr_SetString(PyExc_ValueError, "count must not be negative");
+        PyErr_SetString(PyExc_ValueError, "count out of range");
         return NULL;
     }
     if (!int64_buffer(ts_obj, &timestamps, count, "timestamp_deltas")) {

@@ -246,7 +246,7 @@ def scan_records_c(header: BatchHeader, payload: bytes | memoryview, release_gil
     count = header.record_count
     if _recordscan is None or not 0 <= count <= len(payload):  # each record takes a byte at least
         return None
-    timestamp_deltas, offset_deltas, keyless = (array("q", bytes(8 * count)) for _ in range(3))
+    timestamp_deltas, offset_deltas, keyless = (array("q", [0]) * count for _ in range(3))
     found = _recordscan.scan(payload, count, timestamp_deltas, offset_deltas, keyless, release_gil)
     if found is None:
         return None
