@@ -103,7 +103,7 @@ class OffloadPool:
             return walk.run(self.codecs)  # a codec the workers cannot rebuild: here, as before
         async with self._slots:
             loop = asyncio.get_running_loop()
-            if C_WALK:
+            if C_WALK and walk.header.codec == walk.target:  # another codec: a rebuild, a process's work
                 if self._threads is None:
                     self._threads = ThreadPoolExecutor(self.workers, thread_name_prefix="brokkr-walk")
                 try:
