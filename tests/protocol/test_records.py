@@ -110,22 +110,21 @@ def test_kafka_transactional_batch_and_commit_marker_flags() -> None:
     assert commit.key[:4] == b"\x00\x00\x00\x01"  # control record v0, type 1 = COMMIT
 
 
+def _findings(scan):
+    return list(scan.timestamp_deltas), list(scan.offset_deltas), list(scan.keyless), scan.sequential
+
+
 def _c_scan(header, payload):
     """The C walk alone: its findings, or None where it leaves the bytes to the Python walk."""
     scan = scan_records_c(header, payload)
-    return (
-        None
-        if scan is None
-        else (list(scan.timestamp_deltas), list(scan.offset_deltas), list(scan.keyless), scan.sequential)
-    )
+    return None if scan is None else _findings(scan)
 
 
 def _scan_outcome(header, payload, scan=scan_records_untrusted):
     try:
-        scan = scan(header, payload)
+        return _findings(scan(header, payload))
     except CorruptRequest:
         return "corrupt"
-    return list(scan.timestamp_deltas), list(scan.offset_deltas), list(scan.keyless), scan.sequential
 
 
 def _walked_outcome(header, payload):
