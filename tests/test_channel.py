@@ -4,12 +4,13 @@ others behind it, frames cut at every boundary, and the answers in request order
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import socket
 import time
 
 import pytest
-from brokkr.core.channel import BODY_STEP, READ_BUFFER_BYTES
+from brokkr.core.channel import BODY_STEP, CORK_BYTES, CORK_FRAMES, READ_BUFFER_BYTES, Channel
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import encode_request, request_spec
 from brokkr.core.protocol.records import iter_batches_untrusted, read_all_records
@@ -117,3 +118,71 @@ def _peer_port(s: socket.socket) -> int | None:
         return s.getpeername()[1]
     except OSError:
         return None
+
+
+class _Transport:
+    """What the channel hands its responses to: every write, as one bytes object each."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _corking_channel() -> tuple[Channel, _Transport]:
+    channel, transport = Channel(), _Transport()
+    channel.connection_made(transport)
+    return channel, transport
+
+
+def test_small_responses_written_in_one_turn_reach_the_transport_as_one_write_in_order():
+    async def main() -> list[bytes]:
+        channel, transport = _corking_channel()
+        for i in range(3):
+            channel.write(bytearray(b"answer-%d;" % i))
+        assert transport.writes == [], "held until the connection's task waits"
+        await asyncio.sleep(0)
+        return transport.writes
+
+    assert asyncio.run(main()) == [b"answer-0;answer-1;answer-2;"]
+
+
+def test_corked_responses_are_bounded_in_count_and_bytes_and_a_large_one_goes_out_at_once_after_them():
+    async def main() -> None:
+        channel, transport = _corking_channel()
+        for i in range(CORK_FRAMES):
+            channel.write(b"%d;" % i)
+        assert transport.writes == [b"".join(b"%d;" % i for i in range(CORK_FRAMES))], "sent at the count bound"
+        transport.writes.clear()
+        channel.write(b"small;")
+        channel.write(b"L" * (CORK_BYTES + 1))
+        assert transport.writes == [b"small;", b"L" * (CORK_BYTES + 1)], "what was held goes first"
+        transport.writes.clear()
+        half = b"h" * (CORK_BYTES // 2 + 1)
+        channel.write(half)
+        channel.write(half)
+        assert transport.writes == [half], "the byte bound: the first is sent before the second is held"
+        await asyncio.sleep(0)
+        assert transport.writes == [half, half]
+
+    asyncio.run(main())
+
+
+def test_closing_a_channel_sends_what_it_held_first_and_a_closed_one_refuses_writes():
+    async def main() -> None:
+        channel, transport = _corking_channel()
+        channel.write(b"last words")
+        channel.close()
+        assert transport.writes == [b"last words"] and transport.closed
+        with pytest.raises(ConnectionResetError):
+            channel.write(b"more")
+
+    asyncio.run(main())
