@@ -25,7 +25,7 @@ import pytest
 
 from .broker import Broker
 from .log import AppendInfo, OffsetOutOfRange, PartitionLog, Storage, StoredTopic
-from .protocol.records import build_batch, iter_batches_untrusted, patch_batch, read_all_records
+from .protocol.records import build_batch, iter_batches_untrusted, next_offset_after, patch_batch, read_all_records
 from .retention import retention_offset
 from .txn_index import AbortedTxn
 
@@ -146,6 +146,34 @@ class StorageContract:
             plog.read(4, MIB, 3, True)
         with pytest.raises(OffsetOutOfRange):
             plog.read(-1, MIB, 3, True)
+
+    def test_read_region_chooses_the_batches_read_does(self, harness):
+        """The optional ``read_region``: at every offset, within every size limit, below
+        every max_offset, with and without min_one, its file holds exactly the bytes
+        ``read`` returns, and it knows where they end."""
+        plog = harness.log(**{"segment.bytes": 1000})
+        if not hasattr(plog, "read_region"):
+            pytest.skip(f"brokkr.storage={self.storage_name} has no read_region")
+        sizes = [append(plog, records=1 + i % 3, value_size=40 + 30 * (i % 4)).size for i in range(30)]
+        end = plog.log_end_offset
+        assert len(plog.segments()) > 3
+        for offset in range(end + 1):
+            for max_bytes in (0, sizes[0] - 1, 2 * max(sizes) + 7, MIB):
+                for max_offset in (offset, offset + 1, end - 3, end):
+                    for min_one in (True, False):
+                        data = plog.read(offset, max_bytes, max_offset, min_one)
+                        region = plog.read_region(offset, max_bytes, max_offset, min_one)
+                        if not data:
+                            assert region is None, (offset, max_bytes, max_offset, min_one)
+                            continue
+                        try:
+                            assert region.read() == data, (offset, max_bytes, max_offset, min_one)
+                            assert region.next_offset == next_offset_after(data, -1)
+                        finally:
+                            region.close()
+        for outside in (-1, end + 1):
+            with pytest.raises(OffsetOutOfRange):
+                plog.read_region(outside, MIB, end, True)
 
     def test_segments_roll_on_segment_bytes_and_tile_the_log(self, harness):
         plog = harness.log(**{"segment.bytes": 1000})

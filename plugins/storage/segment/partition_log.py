@@ -46,10 +46,12 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import Executor, Future
 from pathlib import Path
 
 from brokkr.core.config import LONG_MAX, TopicConfig
+from brokkr.core.file_region import FileRegion
 from brokkr.core.log import AppendInfo, OffsetOutOfRange, SegmentInfo, TimestampOffset
 from brokkr.core.txn_index import AbortedTxn, search
 
@@ -327,17 +329,44 @@ class SegmentLog:
     def _ends(self) -> list[int]:
         return [s.base_offset for s in self._segments[1:]] + [self.log_end_offset]
 
-    def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes:
+    def _segment_of(self, offset: int) -> int:
+        """The index in ``_segments`` of the segment holding ``offset``. The base offsets
+        are kept between reads, not rebuilt per fetch: every change to ``_segments`` (a
+        roll, retention, truncation, a compaction swap) drops them."""
+        bases = self._bases
+        if bases is None:
+            bases = self._bases = [s.base_offset for s in self._segments]
+        return max(bisect.bisect_right(bases, offset) - 1, 0)
+
+    def _readable_from(self, offset: int) -> Iterator[LogSegment]:
+        """The segments a read at ``offset`` looks in, from the one holding it (none at
+        the log end), without copying the list; raises OffsetOutOfRange outside [log
+        start, log end]."""
         end = self.log_end_offset
         if offset < self._start or offset > end:
             raise OffsetOutOfRange(f"offset {offset} is outside [{self._start}, {end}]")
-        if offset == end:
-            return b""
-        for seg in self._segments[self._segment_of(offset) :]:
+        if offset < end:
+            segments = self._segments
+            for i in range(self._segment_of(offset), len(segments)):
+                yield segments[i]
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes:
+        for seg in self._readable_from(offset):
             data = seg.read(offset, max_bytes, max_offset, min_one)
             if data is not None:
                 return data
         return b""
+
+    def read_region(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> FileRegion | None:
+        """The batches :meth:`read` returns, as a region of their segment's file with a
+        descriptor of its own (optional in the PartitionLog contract): Fetch sends them
+        with sendfile. Found from batch headers only, so the batches are never read here."""
+        for seg in self._readable_from(offset):
+            found = seg.read_region(offset, max_bytes, max_offset, min_one)
+            if found is not None:
+                position, length, next_offset = found
+                return FileRegion.of(seg.fd, position, length, next_offset) if length else None
+        return None
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         for seg, end in zip(self._segments, self._ends()):
@@ -448,13 +477,6 @@ class SegmentLog:
         self._write_epochs()
 
     # -- aborted transactions (optional in the PartitionLog contract) ---------------------
-
-    def _segment_of(self, offset: int) -> int:
-        """The index of the segment holding ``offset``. The base offsets are kept between
-        reads, not rebuilt per fetch: every change to the segment list drops them."""
-        if self._bases is None:
-            self._bases = [s.base_offset for s in self._segments]
-        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
     def append_aborted_txn(self, txn: AbortedTxn) -> None:
         """Index an aborted transaction in the segment holding its marker."""

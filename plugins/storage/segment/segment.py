@@ -41,7 +41,9 @@ _MAX_TIMESTAMP = struct.Struct(">q")
 _LAST_DELTA_AT = 23
 _MAX_TIMESTAMP_AT = 35
 SCAN_CHUNK = 1 << 20  # recovery and timestamp scans read this much at a time
-LOOKUP_CHUNK = 64 << 10  # an offset lookup scans from an index entry, usually < index.interval.bytes away
+# A header walk (offset lookups, fetch regions) reads this much from a batch's start: the
+# headers of many small batches at once, or one large batch's header for a small read.
+HEADER_CHUNK = 4 << 10
 
 
 def scan_batches(
@@ -69,6 +71,32 @@ def scan_batches(
         if need <= len(buf) or need > end - pos:
             return  # a torn batch at the end
         want = need
+
+
+def walk_headers(fd: int, start: int, end: int, chunk: int = HEADER_CHUNK) -> Iterator[tuple[int, int, int, int]]:
+    """(file position, base offset, size, last offset) of each whole batch of the file
+    ``fd`` in [``start``, ``end``), reading headers only: a batch larger than ``chunk``
+    costs one read of ``chunk`` bytes, not of its size, so a fetch of large batches finds
+    their bounds without copying them. Stops at a partial batch; raises CorruptRequest at
+    a size or magic that is impossible, as :func:`scan_batches` does."""
+    pos = start
+    buf = b""
+    at = 0  # the file position of buf[0]
+    while end - pos >= HEADER_SIZE:
+        rel = pos - at
+        if rel + HEADER_SIZE > len(buf):
+            buf = os.pread(fd, min(chunk, end - pos), pos)
+            at, rel = pos, 0
+            if len(buf) < HEADER_SIZE:
+                return  # the file is shorter than ``end``
+        base, length = _START.unpack_from(buf, rel)
+        if length < HEADER_SIZE - LOG_OVERHEAD or buf[rel + MAGIC_OFFSET] != 2:
+            raise CorruptRequest(f"record batch at {pos} has size {length} and magic {buf[rel + MAGIC_OFFSET]}")
+        size = LOG_OVERHEAD + length
+        if pos + size > end:
+            return  # a torn batch at the end
+        yield pos, base, size, base + _LAST_DELTA.unpack_from(buf, rel + _LAST_DELTA_AT)[0]
+        pos += size
 
 
 class LogSegment:
@@ -302,8 +330,8 @@ class LogSegment:
                 "%s: offset index entry for %d does not match the log; scanning from the start", self.path, offset
             )
             start = 0
-        for position, h, _ in self._scan(start, LOOKUP_CHUNK):
-            if h.base_offset + h.last_offset_delta >= offset:
+        for position, _, _, last in walk_headers(self.fd, start, self.size):
+            if last >= offset:
                 return position
         return None
 
@@ -334,6 +362,25 @@ class LogSegment:
             if base < max_offset:
                 return os.pread(self.fd, LOG_OVERHEAD + length, position)
         return data[:end] if end < len(data) else data
+
+    def read_region(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> tuple[int, int, int] | None:
+        """Where :meth:`read`'s batches lie, found from their headers alone: (file
+        position, length, one past the last offset), length 0 when there are none; None
+        when the segment ends before ``offset``."""
+        position = self.translate(offset)
+        if position is None:
+            return None
+        limit = position + min(max(max_bytes, 0), self.size - position)
+        end, next_offset = position, offset
+        for at, base, size, last in walk_headers(self.fd, position, self.size):
+            if base >= max_offset:
+                break
+            if at + size > limit:
+                if end == position and min_one:  # KIP-74: the first batch even when larger than max_bytes
+                    end, next_offset = at + size, last + 1
+                break
+            end, next_offset = at + size, last + 1
+        return position, end - position, next_offset
 
     def find_timestamp(self, timestamp: int, start_offset: int, codecs) -> TimestampOffset | None:
         """The first record at or after ``start_offset`` with a timestamp >= ``timestamp``
