@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .apis import Api, collect_apis
@@ -570,11 +570,19 @@ class BrokerThread:
     """A broker running on an event loop in a background thread.
 
     ``start()`` returns once the broker listens; ``stop()`` shuts it down and joins.
-    Also a context manager.
+    Also a context manager. ``loop_factory`` makes the event loop (asyncio's by default;
+    ``uvloop.new_event_loop``, as ``brokkr serve`` uses where uvloop is installed).
     """
 
-    def __init__(self, config: Mapping[str, Any] | None = None, plugins: Iterable[object] = (), **kwargs: Any):
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        plugins: Iterable[object] = (),
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+        **kwargs: Any,
+    ):
         self._args = (config, tuple(plugins), kwargs)
+        self._loop_factory = loop_factory
         self.broker: Broker | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -603,7 +611,8 @@ class BrokerThread:
             self._ready.set()
             await self.broker.wait_stopped()
 
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=self._loop_factory) as runner:
+            runner.run(main())
 
     def call(self, fn, *args: Any) -> Any:
         """Run ``fn(*args)`` on the broker's loop and return its result (awaiting coroutines)."""

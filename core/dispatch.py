@@ -24,6 +24,7 @@ from .context import ConnectionInfo, Principal, RequestContext
 from .errors import BrokkrError, CloseConnection, CorruptRequest, ErrorCode, UnknownApi
 from .protocol.frames import API_VERSIONS_KEY, encode_response, parse_request_header_untrusted, request_spec
 from .quotas import BusyTime
+from .responses import ResponseParts
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -34,17 +35,24 @@ request_log = logging.getLogger("brokkr.request.logger")
 
 
 async def handle_frame(broker: Broker, conn: ConnectionInfo, principal: Principal, frame: bytes) -> bytearray | None:
-    """The response frame to one request frame, or None for no response (its throttle time
-    dropped: for requests whose connection is never muted)."""
+    """The response frame to one request frame, as bytes (file regions read), or None for
+    no response (its throttle time dropped: for requests whose connection is never muted)."""
     response, _ = await handle_frame_with_throttle(broker, conn, principal, frame)
+    if isinstance(response, ResponseParts):
+        try:
+            return response.to_bytes()
+        finally:
+            response.close()
     return response
 
 
 async def handle_frame_with_throttle(
     broker: Broker, conn: ConnectionInfo, principal: Principal, frame_in: bytes
-) -> tuple[bytearray | None, int]:
+) -> tuple[bytearray | ResponseParts | None, int]:
     """The response frame (None: no response) and for how many milliseconds the connection
-    must then not be read (its throttle time, KIP-219)."""
+    must then not be read (its throttle time, KIP-219). A frame holding file regions (a
+    fetch answered from segment files) is a :class:`ResponseParts`, which the caller sends
+    or closes."""
     start = time.perf_counter()
     header, body = parse_request_header_untrusted(frame_in)
     api = broker.apis.get(header.api_key)
@@ -84,6 +92,8 @@ async def handle_frame_with_throttle(
     if throttle and hasattr(response, "throttle_time_ms"):
         response.throttle_time_ms = throttle
     frame = encode_response(header.api_key, version, header.correlation_id, response)
+    if isinstance(frame, list):
+        frame = ResponseParts(frame)
     logged = request_log.isEnabledFor(logging.DEBUG)
     observe = broker.hot.brokkr_request_completed
     if observe is None and not logged:

@@ -33,6 +33,7 @@ from .context import ConnectionInfo
 from .dispatch import handle_frame_with_throttle
 from .errors import CloseConnection, CorruptRequest
 from .listeners import Listener, parse_listeners, resolve_listeners
+from .responses import ResponseParts
 from .sasl import collect_mechanisms
 from .tls import server_context
 
@@ -248,7 +249,9 @@ class Server:
         except CorruptRequest as exc:
             log.warning("%s: %s; closing the connection", conn.connection_id, exc)
             return False, 0
-        if response is not None:
+        if isinstance(response, ResponseParts):  # with file regions: closed when sent or failed
+            await response.send(channel, idle_s)
+        elif response is not None:
             channel.write(response)
             # The transport holds what is unsent; dropping our reference now means a failed
             # drain's traceback (kept in reference cycles until the next full collection)

@@ -11,6 +11,11 @@ instead of the high watermark, and each partition's answer lists the aborted tra
 that overlap the records returned (Kafka's ``collectAbortedTxns``), so the consumer drops
 their records; a long poll then waits for the last stable offset to move.
 
+A storage with files answers with regions of them (``read_region``, optional in the
+PartitionLog contract) instead of bytes; the response then leaves with sendfile
+(:mod:`brokkr.core.responses`), and the batches are never copied into Python objects. A
+read whose regions are not sent (the fetch waits and reads again, or fails) closes them.
+
 Fetch sessions (KIP-227) are not kept: every response has session id 0, which tells
 clients to send full fetch requests, as Kafka does when its session cache is full.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..delayed import DelayedOperation
 from ..errors import ErrorCode
+from ..file_region import FileRegion
 from ..log import OffsetOutOfRange
 from ..protocol.frames import response_spec
 from ..protocol.records import next_offset_after
@@ -43,57 +49,82 @@ def _error(index: int, code: ErrorCode) -> PartitionData:
     return PartitionData(partition_index=index, error_code=code, high_watermark=-1, records=b"")
 
 
-def _aborted(partition, fetch_offset: int, data: bytes) -> list:
+def _aborted(partition, fetch_offset: int, data: bytes | FileRegion) -> list:
     """The aborted transactions overlapping the records read (read_committed), as Kafka's
     ``addAbortedTransactions``: up to the end of the last batch returned."""
     if not data:
         return []
-    found = partition.aborted.aborted_txns(fetch_offset, next_offset_after(data, fetch_offset))
+    end = data.next_offset if isinstance(data, FileRegion) else next_offset_after(data, fetch_offset)
+    found = partition.aborted.aborted_txns(fetch_offset, end)
     return [AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset) for t in found]
+
+
+def _read(log, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes | FileRegion:
+    """A region of the log's file where the storage offers one, else the bytes."""
+    read_region = getattr(log, "read_region", None)
+    if read_region is None:
+        return log.read(offset, max_bytes, max_offset, min_one)
+    return read_region(offset, max_bytes, max_offset, min_one) or b""
+
+
+def close_regions(responses: list) -> None:
+    """Close the file regions of topic responses that will not be sent."""
+    for t in responses:
+        for p in t.partitions:
+            if isinstance(p.records, FileRegion):
+                p.records.close()
 
 
 def _read_all(broker, plan, max_bytes: int, follower: bool = False, read_committed: bool = False) -> tuple[list, int]:
     """Read every readable partition of ``plan`` (up to the high watermark, or the last
     stable offset for read_committed; for a follower, up to the log end); returns the topic
-    responses and bytes read."""
+    responses and bytes read. A failure closes the regions read before it."""
     budget = max_bytes
     min_one = True
     total = 0
     responses = []
-    for t, _topic, items in plan:
-        parts = []
-        for fp, partition, code in items:
-            if code:
-                parts.append(_error(fp.partition, code))
-                continue
-            hw = partition.high_watermark
-            lso = partition.last_stable_offset
-            data = b""
-            aborted = None
-            try:
-                limit = min(fp.partition_max_bytes, max(budget, 0))
-                end = partition.log.log_end_offset if follower else lso if read_committed else hw
-                data = partition.log.read(fp.fetch_offset, limit, end, min_one)
-                if read_committed:
-                    aborted = _aborted(partition, fp.fetch_offset, data)
-            except OffsetOutOfRange:
-                code = ErrorCode.OFFSET_OUT_OF_RANGE
-            if data:
-                min_one = False
-                budget -= len(data)
-                total += len(data)
-            parts.append(
-                PartitionData(
-                    partition_index=fp.partition,
-                    error_code=code,
-                    high_watermark=hw,
-                    last_stable_offset=lso,
-                    log_start_offset=partition.log.log_start_offset,
-                    aborted_transactions=aborted,
-                    records=data,
+    opened: list[FileRegion] = []
+    try:
+        for t, _topic, items in plan:
+            parts = []
+            for fp, partition, code in items:
+                if code:
+                    parts.append(_error(fp.partition, code))
+                    continue
+                hw = partition.high_watermark
+                lso = partition.last_stable_offset
+                data: bytes | FileRegion = b""
+                aborted = None
+                try:
+                    limit = min(fp.partition_max_bytes, max(budget, 0))
+                    end = partition.log.log_end_offset if follower else lso if read_committed else hw
+                    data = _read(partition.log, fp.fetch_offset, limit, end, min_one)
+                    if isinstance(data, FileRegion):
+                        opened.append(data)
+                    if read_committed:
+                        aborted = _aborted(partition, fp.fetch_offset, data)
+                except OffsetOutOfRange:
+                    code = ErrorCode.OFFSET_OUT_OF_RANGE
+                if data:
+                    min_one = False
+                    budget -= len(data)
+                    total += len(data)
+                parts.append(
+                    PartitionData(
+                        partition_index=fp.partition,
+                        error_code=code,
+                        high_watermark=hw,
+                        last_stable_offset=lso,
+                        log_start_offset=partition.log.log_start_offset,
+                        aborted_transactions=aborted,
+                        records=data,
+                    )
                 )
-            )
-        responses.append(FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=parts))
+            responses.append(FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=parts))
+    except BaseException:
+        for region in opened:
+            region.close()
+        raise
     return responses, total
 
 
@@ -160,6 +191,7 @@ async def handle(broker, ctx, request):
             new = sum(p.bytes_appended - n for p, (n, seen) in start.items() if follower or visible(p) > seen)
             return total + new >= request.min_bytes
 
+        close_regions(responses)  # not sent: the fetch reads again once it has waited
         await broker.purgatory.wait(DelayedOperation(request.max_wait_ms, enough), watched)
         responses, total = _read_all(broker, plan, max_bytes, follower, committed)
     if divergent:

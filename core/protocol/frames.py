@@ -120,9 +120,11 @@ def encode_request(
     return bytes(w.buf)
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, body) -> bytearray:
+def encode_response(api_key: int, api_version: int, correlation_id: int, body) -> bytearray | list:
     """A whole response frame, size prefix included: the encoder's own buffer, not a copy
-    of it (a Fetch response can be megabytes)."""
+    of it (a Fetch response can be megabytes); or, when the body holds records whose bytes
+    are not at hand (file regions, see :meth:`Writer.defer`), the frame's parts in order,
+    bytes and those values alternating, the size prefix counting them all."""
     spec = response_spec(api_key)
     w = Writer()
     w.raw(_SIZE.pack(0))
@@ -131,8 +133,18 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body) -
         w.uvarint(0)
     if api_key != produce_codec.KEY or not produce_codec.encode_response(api_version, body, w):
         spec.encode(api_version, body, w)
-    _SIZE.pack_into(w.buf, 0, len(w.buf) - 4)
-    return w.buf
+    if w.deferred is None:
+        _SIZE.pack_into(w.buf, 0, len(w.buf) - 4)
+        return w.buf
+    _SIZE.pack_into(w.buf, 0, len(w.buf) + sum(len(v) for _, v in w.deferred) - 4)
+    parts: list = []
+    start = 0
+    view = memoryview(w.buf)
+    for at, value in w.deferred:
+        parts += (bytes(view[start:at]), value)
+        start = at
+    parts.append(bytes(view[start:]))
+    return parts
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes | memoryview):

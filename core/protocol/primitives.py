@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Sized
 
 from ..errors import CorruptRequest
 
@@ -160,12 +161,18 @@ class Reader:
 
 
 class Writer:
-    """Builds an encoded message in one bytearray."""
+    """Builds an encoded message in one bytearray.
 
-    __slots__ = ("buf",)
+    A value whose bytes are not at hand (a fetch's file region, sent later with sendfile)
+    is :meth:`defer`-red: its length prefix is written and ``deferred`` records where its
+    bytes go, so the message becomes ``buf`` cut at those positions with the values in
+    between (:func:`brokkr.core.protocol.frames.encode_response`)."""
+
+    __slots__ = ("buf", "deferred")
 
     def __init__(self) -> None:
         self.buf = bytearray()
+        self.deferred: list[tuple[int, Sized]] | None = None
 
     def int8(self, v: int) -> None:
         self.buf += _I8.pack(v)
@@ -230,6 +237,14 @@ class Writer:
             return
         self.length(len(v), compact)
         self.buf += v
+
+    def defer(self, v: Sized, compact: bool) -> None:
+        """Write the length prefix of ``v``, whose ``len(v)`` bytes follow it in the
+        message but are not copied into ``buf``."""
+        self.length(len(v), compact)
+        if self.deferred is None:
+            self.deferred = []
+        self.deferred.append((len(self.buf), v))
 
 
 def encode_uvarint(v: int) -> bytes:

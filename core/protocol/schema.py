@@ -32,6 +32,7 @@ from ..errors import CorruptRequest
 from .primitives import ZERO_UUID, Reader, Writer
 
 _MAX_VERSION = 0x7FFF
+_BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
 def parse_versions(text: str | None) -> tuple[int, int]:
@@ -312,7 +313,16 @@ def _value_writer(f: FieldSpec, element: bool, version: int, compact: bool) -> C
         return enc
     if t == "string":
         return lambda w, v: w.string(v, compact)
-    if t in ("bytes", "records"):
+    if t == "records":
+
+        def write_records(w: Writer, v: Any) -> None:
+            if v is None or isinstance(v, _BYTES_LIKE):
+                w.bytes(v, compact)
+            else:  # e.g. a FileRegion: its bytes are sent later, after the bytes before it
+                w.defer(v, compact)
+
+        return write_records
+    if t == "bytes":
         return lambda w, v: w.bytes(v, compact)
     return getattr(Writer, t)
 
@@ -385,6 +395,8 @@ def _encoder(spec: StructSpec, version: int, flexible: bool) -> Callable[[Writer
             for tag, attr, write in present:
                 sub = Writer()
                 write(sub, getattr(obj, attr))
+                if sub.deferred:
+                    raise ValueError(f"a deferred value cannot be written in tagged field {attr}")
                 w.uvarint(tag)
                 w.uvarint(len(sub.buf))
                 w.raw(sub.buf)
