@@ -65,7 +65,7 @@ async def handle(broker, ctx, request):
         zip(names, broker.authorize(ctx, [Action(AclOperation.WRITE, ResourceType.TOPIC, n) for n in names]))
     )
 
-    verified = await _verify_transaction(broker, ctx, request, transactional, topics, allowed)
+    verified = await _verify_transaction(broker, ctx, request, transactional, topics, allowed) if transactional else {}
     responses = []
     waiting = []  # (partition, required offset, its response)
     produced_bytes = 0
@@ -136,8 +136,6 @@ async def _verify_transaction(broker, ctx, request, transactional, topics, allow
     """KIP-890 part 1: ask ``brokkr_transaction_verify`` (once) about the partitions whose
     transactional batch would start a transaction (no open one of that producer and epoch
     there). Returns the error code per partition data id; empty when nothing was asked."""
-    if not transactional:
-        return {}
     asked: dict[tuple[str, int], int] = {}
     first = None
     for t, topic, code in topics:

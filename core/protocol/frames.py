@@ -22,6 +22,9 @@ from .schema import MessageSpec, load_message
 
 API_VERSIONS_KEY = 18
 _SIZE = struct.Struct(">i")
+_HEADER = struct.Struct(">ii")  # a response's size and correlation id
+_FLEXIBLE_HEADER = struct.Struct(">iiB")  # and header v1's (empty) tagged fields
+_HEADER_START = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 
 
 @functools.cache
@@ -62,6 +65,16 @@ def request_header_version(spec: MessageSpec, api_version: int) -> int:
     return 2 if spec.is_flexible(min(max(api_version, lo), hi)) else 1
 
 
+@functools.lru_cache(maxsize=1024)
+def _flexible_header(api_key: int, api_version: int) -> bool:
+    return response_header_version(api_key, response_spec(api_key), api_version) >= 1
+
+
+@functools.lru_cache(maxsize=1024)  # bounded: the versions come from untrusted frames
+def _header_version(api_key: int, api_version: int) -> int:
+    return request_header_version(request_spec(api_key), api_version)
+
+
 def response_header_version(api_key: int, spec: MessageSpec, api_version: int) -> int:
     if api_key == API_VERSIONS_KEY:
         return 0
@@ -79,6 +92,26 @@ def parse_request_header_untrusted(
     :class:`UnknownApi` for an API key Kafka does not define and :class:`CorruptRequest`
     for bytes that do not parse.
     """
+    if len(frame) >= _HEADER_START.size:  # the common case in one unpack; anything unusual takes the reader below
+        api_key, api_version, correlation_id, n = _HEADER_START.unpack_from(frame)
+        if api_key in api_names():
+            version = header_version if header_version is not None else _header_version(api_key, api_version)
+            end = _HEADER_START.size + n
+            if version >= 1 and n >= 0 and end < len(frame) and (version == 1 or frame[end] == 0):
+                try:
+                    client_id = str(frame[_HEADER_START.size : end], "utf-8")
+                except UnicodeDecodeError:
+                    pass
+                else:
+                    body = Reader(frame, end + 1 if version >= 2 else end)
+                    return RequestHeader(api_key, api_version, correlation_id, client_id, version), body
+    return read_request_header(frame, header_version)
+
+
+def read_request_header(frame: bytes | memoryview, header_version: int | None = None) -> tuple[RequestHeader, Reader]:
+    """:func:`parse_request_header_untrusted` field by field with a :class:`Reader`, for
+    every header its one-unpack path leaves (a null client id, tagged fields, bytes that
+    do not parse)."""
     r = Reader(frame)
     api_key = r.int16()
     api_version = r.int16()
@@ -127,10 +160,12 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body) -
     bytes and those values alternating, the size prefix counting them all."""
     spec = response_spec(api_key)
     w = Writer()
-    w.raw(_SIZE.pack(0))
-    w.int32(correlation_id)
-    if response_header_version(api_key, spec, api_version) >= 1:
-        w.uvarint(0)
+    # The size (filled in below), the correlation id and, in header v1, no tagged fields.
+    w.buf += (
+        _FLEXIBLE_HEADER.pack(0, correlation_id, 0)
+        if _flexible_header(api_key, api_version)
+        else _HEADER.pack(0, correlation_id)
+    )
     if api_key != produce_codec.KEY or not produce_codec.encode_response(api_version, body, w):
         spec.encode(api_version, body, w)
     if w.deferred is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 
 from ..errors import CorruptRequest
-from .primitives import Reader, Writer
+from .primitives import VARINT_MAX_BYTES, Reader, Writer, decode_uvarint
 from .schema import load_message
 
 KEY = 0
@@ -28,7 +28,19 @@ _TopicProduceData = _REQ.struct("TopicProduceData")
 _PartitionProduceData = _REQ.struct("PartitionProduceData")
 _NO_LEADER = _RESP.struct("LeaderIdAndEpoch")()
 
+_ACKS_TIMEOUT_COUNT = struct.Struct(">hiB")  # acks, timeout, the topic count's first byte
+_I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqq")  # index, error code, base offset, log append time
+# A flexible version's partition with no record errors and no message: the fields above,
+# log start offset, then an empty compact array, a null compact string, no tagged fields.
+_PLAIN_PARTITION = struct.Struct(">ihqqq3s")
+_PLAIN_TAIL = b"\x01\x00\x00"
+
+
+def _leader_hint(p) -> bool:
+    """Whether a partition answer carries KIP-951's current leader (not the null one)."""
+    leader = p.current_leader
+    return leader.leader_id != _NO_LEADER.leader_id or leader.leader_epoch != _NO_LEADER.leader_epoch
 
 
 def _count(r: Reader, flexible: bool, name: str) -> int:
@@ -40,6 +52,10 @@ def _count(r: Reader, flexible: bool, name: str) -> int:
 
 def decode_request(version: int, r: Reader):
     """A ProduceRequest of ``version`` (3-13) from ``r``, as the generic decoder builds it."""
+    if FLEXIBLE_VERSION <= version < TOPIC_IDS_VERSION:
+        request = _decode_common(r)
+        if request is not None:
+            return request
     flexible = version >= FLEXIBLE_VERSION
     transactional_id = r.string(flexible)
     acks = r.int16()
@@ -67,13 +83,61 @@ def decode_request(version: int, r: Reader):
     return _ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms, topic_data=topics)
 
 
+def _decode_common(r: Reader):
+    """The request as flexible versions by name (9-12) carry it from clients, read without
+    a method call per field: one-byte lengths and counts, no tagged fields. None (``r``
+    untouched) for anything else, which the field-by-field decoder then reads or refuses."""
+    buf, pos, end = r.buf, r.pos, r.end
+    try:
+        n = buf[pos]  # transactional id: compact nullable string, length + 1
+        if n >= 0x80:
+            return None
+        transactional_id = str(buf[pos + 1 : pos + n], "utf-8") if n else None
+        pos += max(n, 1)
+        acks, timeout_ms, n_topics = _ACKS_TIMEOUT_COUNT.unpack_from(buf, pos)
+        pos += _ACKS_TIMEOUT_COUNT.size
+        if not 0 < n_topics < 0x80:
+            return None
+        topics = []
+        for _ in range(n_topics - 1):
+            n = buf[pos]
+            if not 0 < n < 0x80:
+                return None
+            name = str(buf[pos + 1 : pos + n], "utf-8")
+            pos += n
+            n_partitions = buf[pos]
+            if not 0 < n_partitions < 0x80:
+                return None
+            pos += 1
+            partitions = []
+            for _ in range(n_partitions - 1):
+                index = _I32.unpack_from(buf, pos)[0]
+                size, pos = decode_uvarint(buf, pos + 4, end, VARINT_MAX_BYTES)
+                if not size or pos + size - 1 > end or buf[pos + size - 1] != 0:
+                    return None  # null records, or tagged fields after them
+                partitions.append(_PartitionProduceData(index=index, records=buf[pos : pos + size - 1]))
+                pos += size
+            if buf[pos] != 0:
+                return None
+            pos += 1
+            topics.append(_TopicProduceData(name=name, partition_data=partitions))
+        if buf[pos] != 0:
+            return None
+        pos += 1
+    except (IndexError, struct.error, UnicodeDecodeError, CorruptRequest):
+        return None
+    if pos > end:
+        return None
+    r.pos = pos
+    return _ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms, topic_data=topics)
+
+
 def encode_response(version: int, response, w: Writer) -> bool:
     """Write a ProduceResponse of ``version`` (3-13) to ``w`` as the generic encoder would;
     False (nothing written) when it carries tagged leader hints, for the generic encoder."""
     flexible = version >= FLEXIBLE_VERSION
     if flexible and (
-        response.node_endpoints
-        or any(p.current_leader != _NO_LEADER for t in response.responses for p in t.partition_responses)
+        response.node_endpoints or any(_leader_hint(p) for t in response.responses for p in t.partition_responses)
     ):
         return False
     buf = w.buf
@@ -85,6 +149,11 @@ def encode_response(version: int, response, w: Writer) -> bool:
             w.string(t.name, flexible)
         w.length(len(t.partition_responses), flexible)
         for p in t.partition_responses:
+            if flexible and p.error_message is None and not p.record_errors:  # most answers: one pack
+                buf += _PLAIN_PARTITION.pack(
+                    p.index, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset, _PLAIN_TAIL
+                )
+                continue
             buf += _PARTITION.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
             if version >= 5:
                 w.int64(p.log_start_offset)
