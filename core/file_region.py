@@ -29,6 +29,10 @@ from __future__ import annotations
 import io
 import os
 
+#: A storage answers a read of fewer bytes with the bytes themselves: copying a few
+#: kilobytes costs less than a descriptor of their own and a sendfile round.
+MIN_BYTES = 64 << 10
+
 
 class ShortRegion(ConnectionError):
     """The file no longer holds the bytes a region promised: the connection must close."""

@@ -122,11 +122,13 @@ class PartitionLog(Protocol):
         A read may stop at a segment's end. Raise :class:`OffsetOutOfRange` outside
         [log_start_offset, log_end_offset]."""
 
-    # Optional: ``read_region(offset, max_bytes, max_offset, min_one) -> FileRegion | None``
-    # chooses the same batches as ``read`` (same arguments, same OffsetOutOfRange) but
-    # answers where they lie in a file (:class:`brokkr.core.file_region.FileRegion`, with
-    # a descriptor of its own) instead of their bytes, or None when ``read`` would return
-    # b"". Fetch then sends them with sendfile; storages without files leave it out.
+    # Optional: ``read_region(offset, max_bytes, max_offset, min_one) -> FileRegion |
+    # bytes | None`` chooses the same batches as ``read`` (same arguments, same
+    # OffsetOutOfRange) but answers where they lie in a file
+    # (:class:`brokkr.core.file_region.FileRegion`, with a descriptor of its own) instead
+    # of their bytes, or None when ``read`` would return b"". It may answer the bytes
+    # themselves for a few (``file_region.MIN_BYTES``). Fetch sends regions with
+    # sendfile; storages without files leave it out.
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The first record at or after the log start with a timestamp >= ``timestamp``,

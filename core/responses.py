@@ -2,10 +2,11 @@
 
 A fetch answered from segment files (:mod:`brokkr.core.file_region`) encodes to bytes
 with holes: the records fields' length prefixes are in the bytes, their batches are
-regions of files (:func:`brokkr.core.protocol.frames.encode_response`). Bytes parts go
-through the connection's :class:`~brokkr.core.channel.Channel`; a region of at least
-``SENDFILE_MIN`` bytes goes with ``os.sendfile`` from the page cache to the socket, so
-the batches are never copied into Python objects (Kafka's ``FileRecords.transferTo``).
+regions of files (:func:`brokkr.core.protocol.frames.encode_response`; a storage answers
+reads under ``file_region.MIN_BYTES`` as bytes). Bytes parts go through the connection's
+:class:`~brokkr.core.channel.Channel`; a region goes with ``os.sendfile`` from the page
+cache to the socket, so the batches are never copied into Python objects (Kafka's
+``FileRecords.transferTo``).
 
 The region is sent on the socket itself, once the transport holds nothing unsent (what
 precedes the region must reach the socket first); the connection's task is the only
@@ -13,9 +14,8 @@ writer and waits for the send, so nothing is written behind it. When the socket'
 is full, the send waits for it to take more on a duplicate of the socket's descriptor
 (an event loop refuses to watch a descriptor a transport owns; asyncio's and uvloop's
 alike). A region goes as bytes instead (``pread``, then written like any response) on TLS
-listeners, where the bytes must be encrypted, when the transport still holds unsent bytes
-(a client slow to read), and when it is small: one sendfile round costs more than copying
-a few kilobytes.
+listeners, where the bytes must be encrypted, and when the transport still holds unsent
+bytes (a client slow to read).
 
 Every byte written is what the bytes path writes for the same response. If a file can no
 longer supply a region's length (truncated in place since the read), the connection is
@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("brokkr.server")
 
-#: Smaller regions are read and written with the bytes around them.
-SENDFILE_MIN = 64 << 10
 #: Bytes parts (and regions read on TLS) are handed to the transport at most this much at
 #: a time before waiting for it to take them, so a frame is never held whole in memory.
 WRITE_CHUNK = 1 << 20
@@ -80,7 +78,7 @@ class ResponseParts:
             pending: list[bytes] = []  # written together: one write for a small frame
             size = 0
             for part in self.parts:
-                if isinstance(part, FileRegion) and sock is not None and part.length >= SENDFILE_MIN:
+                if isinstance(part, FileRegion) and sock is not None:
                     if pending:
                         channel.write(b"".join(pending))
                         pending, size = [], 0

@@ -23,7 +23,9 @@ from typing import Any
 
 import pytest
 
+from . import file_region
 from .broker import Broker
+from .file_region import FileRegion
 from .log import AppendInfo, OffsetOutOfRange, PartitionLog, Storage, StoredTopic
 from .protocol.records import build_batch, iter_batches_untrusted, next_offset_after, patch_batch, read_all_records
 from .retention import retention_offset
@@ -147,10 +149,13 @@ class StorageContract:
         with pytest.raises(OffsetOutOfRange):
             plog.read(-1, MIB, 3, True)
 
-    def test_read_region_chooses_the_batches_read_does(self, harness):
+    @pytest.mark.parametrize("min_bytes", [1, file_region.MIN_BYTES])
+    def test_read_region_chooses_the_batches_read_does(self, harness, monkeypatch, min_bytes):
         """The optional ``read_region``: at every offset, within every size limit, below
         every max_offset, with and without min_one, its file holds exactly the bytes
-        ``read`` returns, and it knows where they end."""
+        ``read`` returns, and it knows where they end; or, for fewer bytes than
+        ``file_region.MIN_BYTES`` (every read here at its default), it answers them."""
+        monkeypatch.setattr(file_region, "MIN_BYTES", min_bytes)
         plog = harness.log(**{"segment.bytes": 1000})
         if not hasattr(plog, "read_region"):
             pytest.skip(f"brokkr.storage={self.storage_name} has no read_region")
@@ -165,6 +170,9 @@ class StorageContract:
                         region = plog.read_region(offset, max_bytes, max_offset, min_one)
                         if not data:
                             assert region is None, (offset, max_bytes, max_offset, min_one)
+                            continue
+                        if not isinstance(region, FileRegion):
+                            assert len(data) < min_bytes and region == data, (offset, max_bytes, max_offset, min_one)
                             continue
                         try:
                             assert region.read() == data, (offset, max_bytes, max_offset, min_one)

@@ -12,7 +12,7 @@ import os
 import time
 
 import pytest
-from brokkr.core import responses
+from brokkr.core import file_region, responses
 from brokkr.core.client import RawClient
 from brokkr.core.file_region import FileRegion
 from brokkr.core.protocol.frames import request_spec
@@ -71,9 +71,7 @@ def fetches(c: RawClient, topic_id) -> list[bytes]:
     return frames
 
 
-@pytest.fixture
-def regions(monkeypatch) -> list[FileRegion]:
-    """Every region the storage hands out during the test."""
+def _record_regions(monkeypatch) -> list[FileRegion]:
     made: list[FileRegion] = []
     original = FileRegion.of.__func__
 
@@ -86,11 +84,12 @@ def regions(monkeypatch) -> list[FileRegion]:
     return made
 
 
-@pytest.fixture(params=["sendfile", "copied"])
-def send_path(request, monkeypatch) -> str:
-    """Every region sent with sendfile, however small, or every region read and copied."""
-    monkeypatch.setattr(responses, "SENDFILE_MIN", 1 if request.param == "sendfile" else 1 << 40)
-    return request.param
+@pytest.fixture
+def regions(monkeypatch) -> list[FileRegion]:
+    """Every region the storage hands out during the test; every read is one, however
+    small (the storage answers reads under ``file_region.MIN_BYTES`` as bytes otherwise)."""
+    monkeypatch.setattr(file_region, "MIN_BYTES", 1)
+    return _record_regions(monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +111,7 @@ def topic_id(broker):
     return broker.broker.topics[TOPIC].topic_id
 
 
-def test_regions_put_on_the_wire_what_the_bytes_path_does(brokkr_broker_factory, regions, monkeypatch, send_path):
+def test_regions_put_on_the_wire_what_the_bytes_path_does(brokkr_broker_factory, regions, monkeypatch):
     broker = brokkr_broker_factory({"num.partitions": PARTITIONS, "log.segment.bytes": 2048})
     fill(broker.bootstrap_servers)
     assert len(broker.broker.partition(TOPIC, 0).log.segments()) > 3
@@ -139,9 +138,7 @@ def test_a_tls_listener_sends_the_regions_bytes(brokkr_broker_factory, tls, regi
     assert len(regions) > 2 * made - 10 and all(r.closed for r in regions)
 
 
-def test_segments_deleted_before_the_send_still_send_what_was_read(
-    brokkr_broker_factory, regions, monkeypatch, send_path
-):
+def test_segments_deleted_before_the_send_still_send_what_was_read(brokkr_broker_factory, regions, monkeypatch):
     """Retention (or DeleteRecords, or a compaction swap) closes and unlinks a segment while
     its region waits to be sent: the region's own descriptor still reads that file."""
     broker = brokkr_broker_factory({"num.partitions": PARTITIONS, "log.segment.bytes": 2048})
@@ -171,7 +168,7 @@ def test_segments_deleted_before_the_send_still_send_what_was_read(
 
 @pytest.mark.parametrize("listener", ["PLAINTEXT", "SSL"])
 def test_a_file_truncated_below_a_region_aborts_the_connection(
-    brokkr_broker_factory, tls, regions, monkeypatch, listener, send_path
+    brokkr_broker_factory, tls, regions, monkeypatch, listener
 ):
     """A follower truncating its log in place shortens the file a region was read from:
     the frame's size was promised, so the connection closes mid-frame (the client fetches
@@ -193,10 +190,10 @@ def test_a_file_truncated_below_a_region_aborts_the_connection(
         received = b""
         while chunk := _recv(c.sock):
             received += chunk
-        if len(received) >= 4:  # sendfile: the bytes before the region, and the region's first bytes, went out
+        if listener == "PLAINTEXT":  # sendfile: the bytes before the region and what the file still held went out
             assert len(received) - 4 < int.from_bytes(received[:4], "big"), "never a whole frame"
-        if send_path == "sendfile" and listener == "PLAINTEXT":
-            assert len(received) > 4
+        else:  # TLS: the region is read before anything of the frame is written
+            assert received == b""
     assert regions and all(r.closed for r in regions)
     monkeypatch.setattr(ResponseParts, "send", send)
     with RawClient(address(broker, "PLAINTEXT")) as c:  # the broker serves on
@@ -313,3 +310,14 @@ def test_a_client_that_stops_reading_mid_region_is_closed_as_idle(brokkr_broker_
         assert 4 <= len(received) < 12_000_000, "closed mid-frame"
     with RawClient(broker.bootstrap_servers) as c:  # the broker serves on
         assert c.request(METADATA, 12, metadata_body(TOPIC)).topics[0].error_code == 0
+
+
+@pytest.mark.brokkr_config(num_partitions=PARTITIONS)
+def test_small_reads_are_answered_as_bytes(brokkr_broker, monkeypatch):
+    """Under ``file_region.MIN_BYTES`` a copy costs less than a descriptor and a sendfile."""
+    made = _record_regions(monkeypatch)
+    fill(brokkr_broker.bootstrap_servers)
+    with RawClient(brokkr_broker.bootstrap_servers) as c:
+        response = c.request(FETCH, 12, fetch_body(topic_id(brokkr_broker), (0, 0, 0), 1 << 20))
+    assert all(p.error_code == 0 and p.records for p in response.responses[0].partitions)
+    assert made == []
