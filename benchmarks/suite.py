@@ -520,6 +520,27 @@ def print_table(rows: list[dict], opts: argparse.Namespace, out) -> None:
     )
 
 
+#: A paced run that sent less than this share of its pace measured the client's backlog.
+PACE_KEPT = 0.97
+
+
+def behind_pace(suite: Suite) -> list[str]:
+    """A warning per paced scenario in which the client fell behind its pace: its
+    latencies then include the client's own backlog, not only the broker's answer."""
+    warnings = []
+    for name, by_target in suite.runs.items():
+        runs = [r for results in by_target.values() for r in results if "target_records_per_s" in r]
+        behind = [r for r in runs if r["records_per_s"] < PACE_KEPT * r["target_records_per_s"]]
+        if behind:
+            worst = min(behind, key=lambda r: r["records_per_s"] / r["target_records_per_s"])
+            warnings.append(
+                f"{name}: the client fell behind its pace in {len(behind)} of {len(runs)} runs (down to "
+                f"{worst['records_per_s']:,.0f} of {worst['target_records_per_s']:,.0f}/s): those latencies include "
+                "the client's backlog, not only the broker's answer"
+            )
+    return warnings
+
+
 def pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}%"
 
@@ -598,6 +619,8 @@ def main(argv: list[str] | None = None) -> int:
     if "suite" in suite.failures:
         rows.append({"scenario": "suite", "failed": suite.failures["suite"]})
     print_table(rows, opts, sys.stdout)
+    for warning in behind_pace(suite):
+        print(warning)
     log(f"suite took {time.monotonic() - started:.0f}s")
     if opts.json:
         doc = {
