@@ -281,24 +281,27 @@ class Pacer:
         self.errors: list[str] = []
         self.t0 = time.perf_counter()
 
-    def _delivered(self, seq: int, err, msg) -> None:
+    def _delivered(self, err, msg) -> None:
+        seq = int(msg.key())  # the key is the sequence number: one callback for every record
         if err is not None:
             self.errors.append(f"record {seq}: {err}")
         else:
             self.acked.append((time.perf_counter(), seq))
 
     def step(self) -> None:
-        due = int((time.perf_counter() - self.t0) * self.rate) + 1
-        while self.sent < due:
-            seq = self.sent
-            try:
-                self.p.produce(
-                    self.topic, self.value, b"%09d" % seq, partition=0, on_delivery=partial(self._delivered, seq)
-                )
-            except BufferError:
-                break
-            self.produced_at.append(time.perf_counter())
-            self.sent += 1
+        # Locals: at a few hundred thousand records/s this loop's own cost decides whether
+        # the client keeps its pace on a small machine.
+        clock, produce, produced_at = time.perf_counter, self.p.produce, self.produced_at
+        topic, value, delivered = self.topic, self.value, self._delivered
+        seq, due = self.sent, int((clock() - self.t0) * self.rate) + 1
+        try:
+            while seq < due:
+                produce(topic, value, b"%09d" % seq, partition=0, on_delivery=delivered)
+                produced_at.append(clock())
+                seq += 1
+        except BufferError:
+            pass
+        self.sent = seq
         self.p.poll(0.001)
 
     def run_for(self, seconds: float) -> None:
