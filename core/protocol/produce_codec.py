@@ -40,7 +40,7 @@ _PLAIN_TAIL = b"\x01\x00\x00"
 def _leader_hint(p) -> bool:
     """Whether a partition answer carries KIP-951's current leader (not the null one)."""
     leader = p.current_leader
-    return leader.leader_id != _NO_LEADER.leader_id or leader.leader_epoch != _NO_LEADER.leader_epoch
+    return leader is None or leader.leader_id != _NO_LEADER.leader_id or leader.leader_epoch != _NO_LEADER.leader_epoch
 
 
 def _count(r: Reader, flexible: bool, name: str) -> int:
