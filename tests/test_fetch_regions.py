@@ -3,7 +3,9 @@
 The region path must put on the wire exactly what the bytes path does, on plaintext and
 TLS listeners; a segment deleted between the read and the send still sends what was read;
 a file truncated below a region aborts the connection instead of sending a short frame;
-every region is closed once its response is sent or dropped.
+a region larger than the socket takes waits for the client, and a client that stops
+reading is closed as idle, on asyncio's loop and uvloop; small reads stay bytes; every
+region is closed once its response is sent or dropped.
 """
 
 from __future__ import annotations
