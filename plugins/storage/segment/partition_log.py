@@ -50,7 +50,6 @@ from collections.abc import Iterator
 from concurrent.futures import Executor, Future
 from pathlib import Path
 
-from brokkr.core import file_region
 from brokkr.core.config import LONG_MAX, TopicConfig
 from brokkr.core.file_region import FileRegion
 from brokkr.core.log import AppendInfo, OffsetOutOfRange, SegmentInfo, TimestampOffset
@@ -361,17 +360,12 @@ class SegmentLog:
     def read_region(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> FileRegion | bytes | None:
         """The batches :meth:`read` returns, as a region of their segment's file with a
         descriptor of its own (optional in the PartitionLog contract): Fetch sends them
-        with sendfile. Found from batch headers only, so the batches are never read here,
-        unless they are fewer than ``file_region.MIN_BYTES``: those are read and returned."""
+        with sendfile. Fewer than ``file_region.MIN_BYTES`` come as bytes
+        (:meth:`LogSegment.read_region`)."""
         for seg in self._readable_from(offset):
             found = seg.read_region(offset, max_bytes, max_offset, min_one)
             if found is not None:
-                position, length, next_offset = found
-                if not length:
-                    return None
-                if length < file_region.MIN_BYTES:
-                    return os.pread(seg.fd, length, position)
-                return FileRegion.of(seg.fd, position, length, next_offset)
+                return found or None
         return None
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:

@@ -17,7 +17,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from brokkr.core import file_region
 from brokkr.core.errors import CorruptRequest
+from brokkr.core.file_region import FileRegion
 from brokkr.core.log import TimestampOffset, batch_records
 from brokkr.core.protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -349,8 +351,9 @@ class LogSegment:
         """Whole batches from the one holding ``offset``, as stored; None when the segment
         ends before ``offset``."""
         position = self.translate(offset)
-        if position is None:
-            return None
+        return None if position is None else self._read_at(position, max_bytes, max_offset, min_one)
+
+    def _read_at(self, position: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes:
         data = os.pread(self.fd, min(max(max_bytes, 0), self.size - position), position)
         end = 0
         for h in iter_batches_untrusted(data):
@@ -363,13 +366,16 @@ class LogSegment:
                 return os.pread(self.fd, LOG_OVERHEAD + length, position)
         return data[:end] if end < len(data) else data
 
-    def read_region(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> tuple[int, int, int] | None:
-        """Where :meth:`read`'s batches lie, found from their headers alone: (file
-        position, length, one past the last offset), length 0 when there are none; None
-        when the segment ends before ``offset``."""
+    def read_region(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> FileRegion | bytes | None:
+        """:meth:`read`'s batches as a region of this file with a descriptor of its own,
+        found from their headers alone; or their bytes, when they are fewer than
+        ``file_region.MIN_BYTES`` (read at once when the segment holds fewer past
+        ``offset``, the usual tail read). None when the segment ends before ``offset``."""
         position = self.translate(offset)
         if position is None:
             return None
+        if self.size - position < file_region.MIN_BYTES:
+            return self._read_at(position, max_bytes, max_offset, min_one)
         limit = position + min(max(max_bytes, 0), self.size - position)
         end, next_offset = position, offset
         for at, base, size, last in walk_headers(self.fd, position, self.size):
@@ -380,7 +386,10 @@ class LogSegment:
                     end, next_offset = at + size, last + 1
                 break
             end, next_offset = at + size, last + 1
-        return position, end - position, next_offset
+        length = end - position
+        if length < file_region.MIN_BYTES:
+            return os.pread(self.fd, length, position) if length else b""
+        return FileRegion.of(self.fd, position, length, next_offset)
 
     def find_timestamp(self, timestamp: int, start_offset: int, codecs) -> TimestampOffset | None:
         """The first record at or after ``start_offset`` with a timestamp >= ``timestamp``
