@@ -34,6 +34,14 @@ class Codec(Protocol):
 
     A broker calls its codecs from its event loop only; ``brokkr_codecs`` returns new
     objects per broker, so a codec may keep (thread-unsafe) compression contexts.
+
+    A codec may also offer ``decompress_into(data, out, max_size) -> int``: the output of
+    ``decompress``, with the same errors and bound, written at the start of the bytearray
+    ``out`` (grown with :func:`reserve` or :func:`place` when it is too short); it returns the output's length.
+    The record walks of the offload threads use it with a buffer each thread keeps, as
+    Kafka's ``BufferSupplier`` does: a megabyte of fresh output per batch costs hundreds
+    of page faults, more than decompressing it. Nobody holds a view of ``out`` during the
+    call, so it may be resized.
     """
 
     id: int
@@ -56,6 +64,41 @@ def ensure_within(size: int, max_size: int | None) -> None:
     """Raise :class:`DecompressedSizeExceeded` when ``size`` output bytes exceed ``max_size``."""
     if max_size is not None and size > max_size:
         raise DecompressedSizeExceeded(f"decompresses to more than {max_size} bytes")
+
+
+class Scratch:
+    """The buffer one thread decompresses records into, walk after walk (a codec's
+    ``decompress_into``), kept while it holds at most ``keep`` bytes."""
+
+    def __init__(self, keep: int):
+        self.keep = keep
+        self.buffer = bytearray()
+
+    def done(self) -> None:
+        """After a walk: drop a buffer grown past ``keep``, or one still viewed (a view
+        kept by an error's traceback, say), which could not be resized."""
+        try:
+            self.buffer.append(0)  # raises BufferError while a view of it is alive
+            del self.buffer[-1]
+        except BufferError:
+            self.buffer = bytearray()
+        if len(self.buffer) > self.keep:
+            self.buffer = bytearray()
+
+
+def reserve(out: bytearray, size: int) -> None:
+    """Grow ``out`` to hold at least ``size`` bytes (at least doubling it, when it grows)."""
+    if size > len(out):
+        out.extend(bytes(max(size, 2 * len(out)) - len(out)))
+
+
+def place(out: bytearray, at: int, chunk: bytes | memoryview) -> int:
+    """Write ``chunk`` into ``out`` at ``at``, growing ``out`` if needed; returns the end
+    of what was written."""
+    end = at + len(chunk)
+    reserve(out, end)
+    out[at:end] = chunk
+    return end
 
 
 def target_codec_id(compression_type: str, producer_codec_id: int) -> int:

@@ -40,13 +40,17 @@ from concurrent.futures.process import BrokenProcessPool
 
 import attrs
 
-from .compression import Codec
+from .compression import Codec, Scratch
 from .protocol.records import C_WALK
 from .validation import RecordWalk, RunElsewhere, ValidatedRecords
 
 log = logging.getLogger("brokkr.offload")
 
 _worker_codecs: dict[int, Codec] = {}  # set in each worker process by _start_worker
+
+#: The largest decompression buffer a thread keeps between walks (``compression.Scratch``):
+#: one per worker thread and one for the loop's light walks.
+SCRATCH_KEPT = 8 * 1024 * 1024
 
 
 def _codec_classes(codecs: dict[int, Codec]) -> dict[int, tuple[str, str]]:
@@ -93,7 +97,8 @@ class OffloadPool:
         self._classes: dict[int, tuple[str, str]] | None = None
         self._pool: ProcessPoolExecutor | None = None
         self._threads: ThreadPoolExecutor | None = None
-        self._thread_codecs = threading.local()
+        self._thread_local = threading.local()  # each worker thread's codecs and Scratch
+        self._loop_scratch = Scratch(SCRATCH_KEPT)
         self._slots = asyncio.Semaphore(self.workers)
 
     async def run(self, walk: RecordWalk) -> ValidatedRecords:
@@ -118,11 +123,22 @@ class OffloadPool:
                 self._pool = None
                 raise
 
+    def run_inline(self, walk: RecordWalk, decompressed_cap: int) -> ValidatedRecords:
+        """A light walk, on the event loop (raises TooLargeToRunHere past the cap)."""
+        try:
+            return walk.run(self.codecs, decompressed_cap, scratch=self._loop_scratch)
+        finally:
+            self._loop_scratch.done()
+
     def _run_in_thread(self, walk: RecordWalk) -> ValidatedRecords:
-        codecs = getattr(self._thread_codecs, "codecs", None)
-        if codecs is None:
-            codecs = self._thread_codecs.codecs = _build_codecs(self._classes)
-        return walk.run(codecs, in_thread=True)
+        local = self._thread_local
+        if not hasattr(local, "codecs"):
+            local.codecs = _build_codecs(self._classes)
+            local.scratch = Scratch(SCRATCH_KEPT)
+        try:
+            return walk.run(local.codecs, in_thread=True, scratch=local.scratch)
+        finally:
+            local.scratch.done()
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:

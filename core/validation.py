@@ -34,6 +34,7 @@ from .compression import (
     Codec,
     DecompressedSizeExceeded,
     DecompressionError,
+    Scratch,
     target_codec_id,
 )
 from .conversion import rebuild, sequential_offsets
@@ -195,6 +196,7 @@ class RecordWalk:
         decompressed_cap: int | None = None,
         elsewhere: bool = False,
         in_thread: bool = False,
+        scratch: Scratch | None = None,
     ) -> ValidatedRecords:
         """Raises RecordsError, or :class:`TooLargeToRunHere` when the records decompress
         to more than ``decompressed_cap`` bytes. Run ``elsewhere`` (another process), a
@@ -202,16 +204,33 @@ class RecordWalk:
         :meth:`kept` then stamps into the caller's own: only a rebuilt batch travels back.
         Run ``in_thread`` (a worker thread of this process), the C record walk lets go of
         the GIL, and anything that would take per-record Python raises
-        :class:`RunElsewhere` instead."""
-        header, rules = self.header, self.rules
-        records = memoryview(self.records)
+        :class:`RunElsewhere` instead. With a ``scratch``, the records are decompressed
+        into its buffer (by codecs that can), which is free again once this returns."""
+        header = self.header
         capped = decompressed_cap is not None and decompressed_cap < self.max_decompressed_size
         try:
-            payload = _decompress(codecs, header, records, decompressed_cap if capped else self.max_decompressed_size)
+            payload = _decompress(
+                codecs,
+                header,
+                memoryview(self.records),
+                decompressed_cap if capped else self.max_decompressed_size,
+                scratch,
+            )
         except DecompressedSizeExceeded as exc:
             if capped:
                 raise TooLargeToRunHere() from None
             raise RecordsError(ErrorCode.INVALID_RECORD, f"Record batch {exc}") from None
+        try:
+            return self._check(codecs, payload, elsewhere, in_thread)
+        finally:
+            if isinstance(payload, memoryview):
+                payload.release()
+
+    def _check(
+        self, codecs: dict[int, Codec], payload: bytes | memoryview, elsewhere: bool, in_thread: bool
+    ) -> ValidatedRecords:
+        """``run``'s walk of the decompressed records, and what it makes of the batch."""
+        header, rules, records = self.header, self.rules, memoryview(self.records)
         if header.record_count > len(payload) // MIN_RECORD_SIZE:
             raise RecordsError(
                 ErrorCode.INVALID_RECORD,
@@ -355,15 +374,20 @@ def _check_header(partition: Partition, records: memoryview, header: BatchHeader
 
 
 def _decompress(
-    codecs: dict[int, Codec], header: BatchHeader, records: memoryview, max_size: int
+    codecs: dict[int, Codec], header: BatchHeader, records: memoryview, max_size: int, scratch: Scratch | None = None
 ) -> bytes | memoryview:
-    """The records section, decompressed (once) within ``max_size`` bytes; raises
-    DecompressedSizeExceeded past it (the caller decides what that means)."""
+    """The records section, decompressed (once) within ``max_size`` bytes, into the
+    ``scratch`` buffer where the codec can; raises DecompressedSizeExceeded past the bound
+    (the caller decides what that means)."""
     section = memoryview(records)[HEADER_SIZE : header.end]
     if header.codec == NONE_ID:
         return section
+    codec = codecs[header.codec]
     try:
-        return codecs[header.codec].decompress(section, max_size)
+        if scratch is not None and hasattr(codec, "decompress_into"):
+            size = codec.decompress_into(section, scratch.buffer, max_size)
+            return memoryview(scratch.buffer)[:size]
+        return codec.decompress(section, max_size)
     except DecompressedSizeExceeded:
         raise
     except DecompressionError as exc:
@@ -409,7 +433,7 @@ def brokkr_validate_records(
         return plan
     if plan.light:
         try:
-            return plan.run(broker.codecs, INLINE_DECOMPRESSED_BYTES)
+            return broker.offload.run_inline(plan, INLINE_DECOMPRESSED_BYTES)
         except TooLargeToRunHere:
             pass
     return broker.offload.run(plan)

@@ -6,13 +6,22 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import struct
 import tracemalloc
 
+import lz4.frame
 import pytest
 import snappy
 import zstandard
-from brokkr.core.compression import Codec, DecompressedSizeExceeded, DecompressionError, collect_codecs
+from brokkr.core.compression import (
+    Codec,
+    DecompressedSizeExceeded,
+    DecompressionError,
+    Scratch,
+    collect_codecs,
+    reserve,
+)
 from brokkr.core.errors import ErrorCode
 from brokkr.core.plugins import create_plugin_manager, hookimpl
 from brokkr.core.protocol.records import HEADER_SIZE, build_batch, decode_records, iter_batches_untrusted
@@ -189,6 +198,116 @@ def test_decompression_bombs_are_refused_within_bounded_memory():
         finally:
             tracemalloc.stop()
         assert peak < 4 * LIMIT, f"{label}: peak {peak} bytes while refusing"
+
+
+# -- decompress_into: into a buffer the caller keeps --------------------------------
+
+INTO = [name for name in CODECS if hasattr(CODECS[name], "decompress_into")]
+
+
+def frames_of(name: str, data: bytes) -> list[bytes]:
+    """Every form of frame the codec reads, of ``data``."""
+    if name == "lz4":
+        return [
+            Lz4Codec().compress(data),
+            lz4.frame.compress(data, store_size=True, content_checksum=True, block_checksum=True),
+            lz4.frame.compress(data, block_linked=True, block_size=lz4.frame.BLOCKSIZE_MAX4MB),
+        ]
+    return [
+        ZstdCodec().compress(data),  # declares its size, as kafka-python's do
+        java_style_zstd(data),  # does not, as librdkafka's and the Java client's do
+        zstandard.ZstdCompressor(level=19, write_checksum=True).compress(data),
+    ]
+
+
+def test_decompress_into_is_offered_by_the_codecs_of_large_batches():
+    assert INTO == ["lz4", "zstd"]
+
+
+@pytest.mark.parametrize("name", INTO)
+def test_decompress_into_writes_what_decompress_returns_into_a_buffer_reused_across_sizes(name):
+    codec, out = CODECS[name](), bytearray()
+    for data in (DATA, b"", b"small", DATA * 8, DATA[:1000]):
+        for frame in frames_of(name, data):
+            size = codec.decompress_into(frame, out, len(data))
+            assert bytes(memoryview(out)[:size]) == data == codec.decompress(frame, len(data))
+            assert codec.decompress_into(frame, out) == size  # no bound: a stored batch
+    assert len(out) >= len(DATA) * 8
+
+
+@pytest.mark.parametrize("name", INTO)
+def test_decompress_into_keeps_the_bound_exactly(name):
+    codec = CODECS[name]()
+    for frame in frames_of(name, DATA):
+        assert codec.decompress_into(frame, bytearray(), len(DATA)) == len(DATA)
+        with pytest.raises(DecompressedSizeExceeded):
+            codec.decompress_into(frame, bytearray(), len(DATA) - 1)
+
+
+@pytest.mark.parametrize("name", INTO)
+def test_decompress_into_refuses_what_decompress_refuses(name):
+    codec, out = CODECS[name](), bytearray()
+    rng = random.Random(5)
+    for frame in frames_of(name, DATA):
+        damaged = dict(corrupted(name, frame))
+        for i in range(40):  # a flipped byte anywhere: each must read as decompress reads it
+            flipped = bytearray(frame)
+            flipped[rng.randrange(len(frame))] ^= 1 << rng.randrange(8)
+            damaged[f"flipped {i}"] = bytes(flipped)
+        for label, bad in damaged.items():
+            try:
+                expected = codec.decompress(bad, len(DATA))
+            except DecompressionError as exc:
+                with pytest.raises(type(exc)):
+                    codec.decompress_into(bad, out, len(DATA))
+            else:
+                size = codec.decompress_into(bad, out, len(DATA))
+                assert bytes(memoryview(out)[:size]) == expected, label
+
+
+@pytest.mark.parametrize("name", INTO)
+def test_decompress_into_a_kept_buffer_allocates_a_fraction_of_the_output(name):
+    # A megabyte of fresh output per batch costs hundreds of page faults; written into a
+    # buffer kept from the batch before, it costs none.
+    codec, out, data = CODECS[name](), bytearray(), DATA * 20
+    for frame in frames_of(name, data):
+        codec.decompress_into(frame, out, len(data))
+        tracemalloc.start()
+        try:
+            assert codec.decompress_into(frame, out, len(data)) == len(data)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < len(data) // 8, f"{peak} bytes allocated for {len(data)} of output"
+
+
+@pytest.mark.parametrize("name", INTO)
+def test_decompress_into_refuses_bombs_within_bounded_memory(name):
+    for label, codec, bomb in bombs():
+        if label.startswith(name):
+            tracemalloc.start()
+            try:
+                with pytest.raises(DecompressedSizeExceeded):
+                    codec.decompress_into(bomb, bytearray(), LIMIT)
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            assert peak < 4 * LIMIT, f"{label}: peak {peak} bytes while refusing"
+
+
+def test_a_scratch_buffer_is_kept_unless_still_viewed_or_grown_past_its_limit():
+    scratch = Scratch(keep=4096)
+    kept = scratch.buffer
+    reserve(kept, 1000)
+    scratch.done()
+    assert scratch.buffer is kept and len(kept) >= 1000
+    view = memoryview(scratch.buffer)[:10]  # as a traceback may hold one: it could not be resized
+    scratch.done()
+    assert scratch.buffer is not kept and len(scratch.buffer) == 0
+    del view
+    reserve(scratch.buffer, 5000)
+    scratch.done()
+    assert len(scratch.buffer) == 0
 
 
 # -- the codecs as plugins ------------------------------------------------------------

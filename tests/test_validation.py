@@ -32,6 +32,7 @@ from brokkr.core.protocol.records import (
 )
 from brokkr.core.testing import RawClient
 from brokkr.plugins.codecs.gzip import GzipCodec
+from brokkr.plugins.codecs.lz4 import Lz4Codec
 from brokkr.plugins.codecs.zstd import ZstdCodec
 from wire import FETCH, LIST_OFFSETS, PRODUCE, fetch_body, list_offsets_body, produce_body
 
@@ -328,6 +329,41 @@ def test_a_batch_in_the_topics_codec_is_stored_as_sent(brokkr_broker):
     assert produce(brokkr_broker, t, sent).error_code == 0
     got = stored(brokkr_broker, t)
     assert got[HEADER_SIZE:] == sent[HEADER_SIZE:] and got[16:] == sent[16:]  # all but offset and leader epoch
+
+
+@pytest.mark.parametrize("codec", [Lz4Codec, ZstdCodec], ids=["lz4", "zstd"])
+@pytest.mark.parametrize("count", [200, 5000], ids=["walked on the loop", "walked in a thread"])
+def test_each_batch_is_walked_over_its_own_records_in_a_reused_buffer(brokkr_broker, codec, count):
+    # Large and compressed batches are decompressed into a buffer kept from one walk to
+    # the next (compression.Scratch). A batch claiming one record more than it holds,
+    # after a longer batch, must be refused, not read on into the longer one's records.
+    t = topic(brokkr_broker, f"reused-{codec.name}-{count}")
+    now = now_ms()
+
+    def batch(records):
+        section = build_batch(records, timestamp=now)[HEADER_SIZE:]
+        return build_batch(records, attributes=codec.id, compressed_payload=codec().compress(section), timestamp=now)
+
+    def records(n, tag):
+        return [(b"%s-%d" % (tag, i), b"v" * (i % 50)) for i in range(n)]
+
+    longer, shorter, after = records(count, b"a"), records(count // 2, b"b"), records(count // 3, b"c")
+    assert produce(brokkr_broker, t, batch(longer)).error_code == 0
+    part = produce(
+        brokkr_broker, t, rewrite(batch(shorter), record_count=len(shorter) + 1, last_offset_delta=len(shorter))
+    )
+    assert (part.error_code, part.error_message) == (
+        ErrorCode.INVALID_RECORD,
+        f"Invalid record in topic partition {t}-0: truncated varint",
+    )
+    assert produce(brokkr_broker, t, batch(after)).error_code == 0
+    got = []
+    data = stored(brokkr_broker, t)
+    for header in iter_batches_untrusted(data):
+        section = memoryview(data)[header.position + HEADER_SIZE : header.end]
+        section = brokkr_broker.broker.codecs[header.codec].decompress(section)
+        got += [(r.key, r.value) for r in decode_records(header, section)]
+    assert got == longer + after
 
 
 def test_inner_offsets_that_are_not_sequential_are_renumbered(brokkr_broker):

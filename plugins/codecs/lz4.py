@@ -4,9 +4,15 @@ fast compressor of Kafka's default level) and read in any standard form through 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+
 import lz4.frame
-from brokkr.core.compression import DecompressionError, ensure_within
+from brokkr.core.compression import DecompressionError, ensure_within, place
 from brokkr.core.plugins import hookimpl
+
+#: An LZ4 block of Kafka's frames at most.
+CHUNK = 64 * 1024
 
 
 class Lz4Codec:
@@ -25,16 +31,39 @@ class Lz4Codec:
         )
 
     def decompress(self, data: bytes | memoryview, max_size: int | None = None) -> bytes:
-        frame = lz4.frame.LZ4FrameDecompressor()
+        return b"".join(self._blocks(data, max_size))
+
+    def decompress_into(self, data: bytes | memoryview, out: bytearray, max_size: int | None = None) -> int:
+        size = 0
+        for block in self._blocks(data, max_size):
+            size = place(out, size, block)
+        return size
+
+    def _blocks(self, data: bytes | memoryview, max_size: int | None) -> Iterator[bytes]:
+        """The frame's output, a block at most at a time: lz4 allocates all the output a
+        call may write, and copies it once more, so asking for the whole bound (100 MiB by
+        default) would map and fault in fresh memory for every batch. Raises
+        DecompressionError, at the end at the latest."""
+        context = lz4.frame.create_decompression_context()
+        view = memoryview(data)
+        bound = math.inf if max_size is None else max_size + 1  # one byte past tells "too large"
+        read = size = 0
+        eof = False
         try:
-            # One byte past the bound tells "too large" from "exactly max_size".
-            out = frame.decompress(data, -1 if max_size is None else max_size + 1)
+            while size < bound and not eof:
+                block, taken, eof = lz4.frame.decompress_chunk(
+                    context, view[read:], max_length=min(CHUNK, bound - size)
+                )
+                if not block and not taken:  # the input ran out inside the frame
+                    break
+                read += taken
+                size += len(block)
+                yield block
         except RuntimeError as exc:
             raise DecompressionError(f"lz4: {exc}") from None
-        ensure_within(len(out), max_size)
-        if not frame.eof or frame.unused_data:
+        ensure_within(size, max_size)
+        if not eof or read != len(view):
             raise DecompressionError("lz4: truncated frame or bytes after its end")
-        return out
 
 
 @hookimpl

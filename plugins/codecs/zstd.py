@@ -11,12 +11,19 @@ once more, up to one byte past the bound, to tell "too large" from "corrupt".
 
 from __future__ import annotations
 
+import math
+
 import zstandard
-from brokkr.core.compression import DecompressionError, ensure_within
+from brokkr.core.compression import DecompressionError, ensure_within, place, reserve
 from brokkr.core.plugins import hookimpl
 
 #: Kafka's default ``compression.zstd.level``.
 LEVEL = 3
+#: The block type whose block holds one byte, repeated (RFC 8878, 3.1.1.2.2).
+RLE_BLOCK = 1
+#: Fewer bytes a block than encoders write (zstd's blocks hold up to 128 KiB): a frame of
+#: smaller blocks is read the slower way (``decompress``).
+SMALLEST_USUAL_BLOCK = 16 * 1024
 
 
 class ZstdCodec:
@@ -38,6 +45,8 @@ class ZstdCodec:
             declared = zstandard.frame_content_size(data)
         except zstandard.ZstdError as exc:
             raise DecompressionError(f"zstd: {exc}") from None
+        if declared == 0 and _frame_end(memoryview(data), 0) != len(data):  # zstandard skips empty frames unread
+            raise DecompressionError("zstd: truncated frame or bytes after its end")
         if declared >= 0:
             ensure_within(declared, max_size)
             return self._one_shot(data, 0)
@@ -49,6 +58,36 @@ class ZstdCodec:
             # Too large for the capped buffer, or corrupt: only the former streams past the bound.
             ensure_within(self._streamed_length(data, max_size + 1), max_size)
             raise
+
+    def decompress_into(self, data: bytes | memoryview, out: bytearray, max_size: int | None = None) -> int:
+        """Streamed straight into ``out``. The stream ends silently on a truncated frame,
+        so the frame must also end, by its block headers, exactly where the data ends; a
+        frame that does not (or that has more blocks than usual to tell) goes through
+        ``decompress``, which tells what is wrong with it."""
+        try:
+            declared = zstandard.frame_content_size(data)
+        except zstandard.ZstdError as exc:
+            raise DecompressionError(f"zstd: {exc}") from None
+        if declared >= 0:
+            ensure_within(declared, max_size)
+            reserve(out, declared)
+        bound = math.inf if max_size is None else max_size + 1  # one byte past tells "too large"
+        reader = self._decompressor.stream_reader(data, read_across_frames=False)
+        size = 0
+        try:
+            while size < bound:
+                reserve(out, size + 1)
+                with memoryview(out) as view:
+                    got = reader.readinto(view[size : min(len(out), bound)])
+                if not got:
+                    break
+                size += got
+        except zstandard.ZstdError as exc:
+            raise DecompressionError(f"zstd: {exc}") from None
+        ensure_within(size, max_size)
+        if declared not in (-1, size) or _frame_end(memoryview(data), size) != len(data):
+            return place(out, 0, self.decompress(data, max_size))
+        return size
 
     def _streamed_length(self, data: bytes | memoryview, limit: int) -> int:
         """How many bytes, up to ``limit``, the frame yields before it ends or breaks (0)."""
@@ -62,6 +101,27 @@ class ZstdCodec:
             return self._decompressor.decompress(data, max_output_size=max_output_size, allow_extra_data=False)
         except zstandard.ZstdError as exc:
             raise DecompressionError(f"zstd: {exc}") from None
+
+
+def _frame_end(view: memoryview, content_size: int) -> int | None:
+    """Where the frame at the start of ``view`` ends, read from its header and block
+    headers (RFC 8878: three bytes each, holding the last-block flag, the type and the
+    size); None when they run past the data, or when there are more blocks than a frame
+    of ``content_size`` bytes has from usual encoders (full blocks hold 128 KiB), so
+    that the Python walked here stays a few steps a batch."""
+    try:
+        pos = zstandard.frame_header_size(view)
+    except zstandard.ZstdError:
+        return None
+    has_checksum = view[4] & 0x04
+    for _ in range(content_size // SMALLEST_USUAL_BLOCK + 4):
+        if pos + 3 > len(view):
+            return None
+        block = int.from_bytes(view[pos : pos + 3], "little")
+        pos += 3 + (1 if (block >> 1) & 3 == RLE_BLOCK else block >> 3)
+        if block & 1:
+            return pos + 4 if has_checksum else pos
+    return None
 
 
 @hookimpl
