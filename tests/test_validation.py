@@ -33,6 +33,7 @@ from brokkr.core.protocol.records import (
 from brokkr.core.testing import RawClient
 from brokkr.plugins.codecs.gzip import GzipCodec
 from brokkr.plugins.codecs.lz4 import Lz4Codec
+from brokkr.plugins.codecs.snappy import SnappyCodec
 from brokkr.plugins.codecs.zstd import ZstdCodec
 from wire import FETCH, LIST_OFFSETS, PRODUCE, fetch_body, list_offsets_body, produce_body
 
@@ -331,7 +332,7 @@ def test_a_batch_in_the_topics_codec_is_stored_as_sent(brokkr_broker):
     assert got[HEADER_SIZE:] == sent[HEADER_SIZE:] and got[16:] == sent[16:]  # all but offset and leader epoch
 
 
-@pytest.mark.parametrize("codec", [Lz4Codec, ZstdCodec], ids=["lz4", "zstd"])
+@pytest.mark.parametrize("codec", [GzipCodec, SnappyCodec, Lz4Codec, ZstdCodec], ids=lambda c: c.name)
 @pytest.mark.parametrize("count", [200, 5000], ids=["walked on the loop", "walked in a thread"])
 def test_each_batch_is_walked_over_its_own_records_in_a_reused_buffer(brokkr_broker, codec, count):
     # Large and compressed batches are decompressed into a buffer kept from one walk to

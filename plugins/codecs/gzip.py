@@ -3,15 +3,18 @@ and every client reads it, through zlib at Kafka's default level."""
 
 from __future__ import annotations
 
+import math
 import zlib
 
-from brokkr.core.compression import DecompressionError, ensure_within
+from brokkr.core.compression import DecompressionError, ensure_within, place
 from brokkr.core.plugins import hookimpl
 
 #: zlib's window bits for the gzip header and trailer (not the zlib wrapper).
 GZIP_WBITS = 16 + zlib.MAX_WBITS
 #: ``Deflater.DEFAULT_COMPRESSION``, Kafka's default ``compression.gzip.level``.
 LEVEL = 6
+#: Input fed and output asked at a time: small enough for malloc to reuse.
+CHUNK = 64 * 1024
 
 
 class GzipCodec:
@@ -33,6 +36,30 @@ class GzipCodec:
         if not inflater.eof or inflater.unused_data:
             raise DecompressionError("gzip: truncated member or bytes after its end")
         return out
+
+    def decompress_into(self, data: bytes | memoryview, out: bytearray, max_size: int | None = None) -> int:
+        """Fed a piece of input at a time, each call bounded to a chunk of output: zlib
+        copies the input it has not read (``unconsumed_tail``) at every call, and the
+        output it returns."""
+        inflater = zlib.decompressobj(GZIP_WBITS)
+        view = memoryview(data)
+        bound = math.inf if max_size is None else max_size + 1  # one byte past tells "too large"
+        size = fed = 0
+        try:
+            while not inflater.eof and size < bound:
+                piece = inflater.unconsumed_tail
+                if not piece:
+                    if fed == len(view):
+                        break  # the input ran out inside the member
+                    piece = view[fed : fed + CHUNK]
+                    fed += len(piece)
+                size = place(out, size, inflater.decompress(piece, min(CHUNK, bound - size)))
+        except zlib.error as exc:
+            raise DecompressionError(f"gzip: {exc}") from None
+        ensure_within(size, max_size)
+        if not inflater.eof or inflater.unused_data or fed < len(view):
+            raise DecompressionError("gzip: truncated member or bytes after its end")
+        return size
 
 
 @hookimpl

@@ -12,15 +12,18 @@ length and a raw snappy block::
 librdkafka writes one raw snappy block, with no framing. Kafka reads both
 (``SnappyInputStream`` falls back to raw data when the magic is absent), and so does this
 codec; it writes xerial framing, as Kafka does. A raw block starts with its uncompressed
-length as a varint, so the size bound is checked before anything is decompressed.
+length as a varint, so the size bound is checked before anything is decompressed. Blocks
+are decompressed through cramjam (python-snappy's own backend), which writes them into
+the caller's buffer (``decompress_into``).
 """
 
 from __future__ import annotations
 
 import struct
 
+import cramjam
 import snappy
-from brokkr.core.compression import DecompressionError, ensure_within
+from brokkr.core.compression import DecompressionError, ensure_within, reserve
 from brokkr.core.errors import CorruptRequest
 from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.primitives import Reader
@@ -46,12 +49,17 @@ class SnappyCodec:
         return bytes(out)
 
     def decompress(self, data: bytes | memoryview, max_size: int | None = None) -> bytes:
+        out = bytearray()
+        size = self.decompress_into(data, out, max_size)
+        return bytes(memoryview(out)[:size])
+
+    def decompress_into(self, data: bytes | memoryview, out: bytearray, max_size: int | None = None) -> int:
         view = memoryview(data)
         if view[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
-            return _raw_block(view, max_size)
+            return _raw_block_into(view, out, 0, max_size)
         if len(view) < len(XERIAL_HEADER):
             raise DecompressionError("snappy: truncated xerial header")
-        out = bytearray()
+        size = 0
         pos = len(XERIAL_HEADER)
         while pos < len(view):
             if pos + _BLOCK_LENGTH.size > len(view):
@@ -60,22 +68,28 @@ class SnappyCodec:
             pos += _BLOCK_LENGTH.size
             if length < 0 or pos + length > len(view):
                 raise DecompressionError(f"snappy: xerial block of {length} bytes exceeds the data")
-            out += _raw_block(view[pos : pos + length], None if max_size is None else max_size - len(out))
+            size = _raw_block_into(view[pos : pos + length], out, size, None if max_size is None else max_size - size)
             pos += length
-        return bytes(out)
+        return size
 
 
-def _raw_block(block: memoryview, max_size: int | None) -> bytes:
-    """One raw snappy block, refused before decompression if its declared length is too large."""
+def _raw_block_into(block: memoryview, out: bytearray, at: int, max_size: int | None) -> int:
+    """One raw snappy block, written into ``out`` at ``at``; refused before decompression
+    if its declared length is too large. Returns the end of what was written."""
     try:
         declared = Reader(block).uvarint()
     except CorruptRequest:
         raise DecompressionError("snappy: block does not start with its length") from None
     ensure_within(declared, max_size)
+    reserve(out, at + declared)
     try:
-        return snappy.uncompress(block)
-    except snappy.UncompressError:
+        with memoryview(out) as view:
+            written = cramjam.snappy.decompress_raw_into(block, view[at : at + declared])
+    except cramjam.DecompressionError:
         raise DecompressionError("snappy: corrupt block") from None
+    if written != declared:
+        raise DecompressionError(f"snappy: a block declares {declared} bytes and holds {written}")
+    return at + written
 
 
 @hookimpl
