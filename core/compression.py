@@ -37,11 +37,11 @@ class Codec(Protocol):
 
     A codec may also offer ``decompress_into(data, out, max_size) -> int``: the output of
     ``decompress``, with the same errors and bound, written at the start of the bytearray
-    ``out`` (grown with :func:`reserve` or :func:`place` when it is too short); it returns the output's length.
-    The record walks of the offload threads use it with a buffer each thread keeps, as
-    Kafka's ``BufferSupplier`` does: a megabyte of fresh output per batch costs hundreds
-    of page faults, more than decompressing it. Nobody holds a view of ``out`` during the
-    call, so it may be resized.
+    ``out`` (grown with :func:`reserve` or :func:`place` when it is too short); it returns
+    the output's length. Record walks use it with a buffer each thread keeps
+    (:class:`Scratch`), as Kafka's ``BufferSupplier`` does: a megabyte of fresh output per
+    batch costs hundreds of page faults, more than decompressing it. Nobody holds a view
+    of ``out`` during the call, so it may be resized.
     """
 
     id: int

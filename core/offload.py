@@ -17,7 +17,9 @@ latency and compressed produce uses more than one core:
 
 Memory is bounded: at most ``workers`` walks run at once (a walk holds at most the
 decompression bound, ``socket.request.max.bytes``, plus what it builds from it); further
-ones wait their turn in their own connection's task, never blocking the loop.
+ones wait their turn in their own connection's task, never blocking the loop. Each worker
+thread, and the loop for its light walks, decompresses into a buffer it keeps between
+walks (``compression.Scratch``) while that buffer holds at most ``SCRATCH_KEPT`` bytes.
 
 Each worker builds its own codec objects from the classes of the broker's codecs (codec
 objects keep compression contexts, which are not shared between threads nor cross

@@ -255,6 +255,7 @@ def test_decompress_into_refuses_what_decompress_refuses(name):
     rng = random.Random(5)
     for frame in frames_of(name, DATA):
         damaged = dict(corrupted(name, frame))
+        damaged["last byte flipped"] = frame[:-1] + bytes([frame[-1] ^ 0x10])  # a checksum, where there is one
         for i in range(40):  # a flipped byte anywhere: each must read as decompress reads it
             flipped = bytearray(frame)
             flipped[rng.randrange(len(frame))] ^= 1 << rng.randrange(8)
