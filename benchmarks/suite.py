@@ -448,7 +448,12 @@ def describe(scenario: Scenario, result: dict) -> str:
     if "target_records_per_s" in result:
         figures += f" (paced at {result['target_records_per_s']:,.0f}/s, achieved {result['records_per_s']:,.0f}/s)"
     cpu = result.get("broker_cpu_pct")
-    return figures + ("" if cpu is None else f", broker CPU {cpu:.0f}% (workers {result['workers_cpu_pct']:.0f}%)")
+    if cpu is None:
+        return figures
+    return (
+        f"{figures}, broker CPU {cpu:.0f}% (workers {result['workers_cpu_pct']:.0f}%), "
+        f"{result['broker_faults_per_s']:,.0f} page faults/s"
+    )
 
 
 def summarize(suite: Suite) -> list[dict]:
