@@ -1,12 +1,16 @@
 """Codec 4, ``zstd`` (KIP-110): one zstandard frame, at Kafka's default level (3).
 
-The Java client writes through a zstd stream, so its frames do not declare their content
-size; librdkafka's and kafka-python's do. A frame that declares its size is checked
-against the bound before anything is allocated. One that does not is decompressed in one
-call into an output buffer capped at the bound (memory is committed only as output is
-written); python-zstandard's streaming readers are not used because they end silently on
-a truncated frame, where this call fails. Only when that call fails is the frame streamed
-once more, up to one byte past the bound, to tell "too large" from "corrupt".
+The Java client and librdkafka write through a zstd stream, so their frames do not declare
+their content size; kafka-python's do. ``decompress``: a frame that declares its size is
+checked against the bound before anything is allocated. One that does not is decompressed
+in one call into an output buffer capped at the bound (memory is committed only as output
+is written). Only when that call fails is the frame streamed once more, up to one byte past
+the bound, to tell "too large" from "corrupt".
+
+``decompress_into`` (the record walks, into a buffer they keep) streams the frame into the
+buffer. python-zstandard's streaming reader ends silently on a truncated frame, so the
+frame must also end, by its block headers, exactly where the data ends; any other frame
+goes through ``decompress``, which tells what is wrong with it.
 """
 
 from __future__ import annotations
@@ -60,10 +64,8 @@ class ZstdCodec:
             raise
 
     def decompress_into(self, data: bytes | memoryview, out: bytearray, max_size: int | None = None) -> int:
-        """Streamed straight into ``out``. The stream ends silently on a truncated frame,
-        so the frame must also end, by its block headers, exactly where the data ends; a
-        frame that does not (or that has more blocks than usual to tell) goes through
-        ``decompress``, which tells what is wrong with it."""
+        """Streamed straight into ``out``, the frame's end checked by its block headers
+        (see the module's docstring)."""
         try:
             declared = zstandard.frame_content_size(data)
         except zstandard.ZstdError as exc:
