@@ -23,11 +23,11 @@ PRODUCE_VERSION = 9
 RUN_TIMEOUT_S = 120.0
 
 
-def produce_frame(topic: str, batch: bytes, client_id: str = "brokkr-bench") -> bytes:
-    """One Produce v9 request (acks=1) of ``batch`` to partition 0 of ``topic``."""
+def produce_frame(topic: str, batch: bytes, client_id: str = "brokkr-bench", partitions: int = 1) -> bytes:
+    """One Produce v9 request (acks=1) of ``batch`` to each of partitions 0..partitions-1 of ``topic``."""
     spec = request_spec(PRODUCE)
-    data = spec.struct("PartitionProduceData")(index=0, records=batch)
-    topic_data = spec.struct("TopicProduceData")(name=topic, partition_data=[data])
+    data = [spec.struct("PartitionProduceData")(index=i, records=batch) for i in range(partitions)]
+    topic_data = spec.struct("TopicProduceData")(name=topic, partition_data=data)
     body = spec.cls(acks=1, timeout_ms=30000, topic_data=[topic_data])
     return encode_request(PRODUCE, PRODUCE_VERSION, 1, client_id, body)
 
@@ -56,8 +56,9 @@ def send_requests(client: RawClient, frame: bytes, n: int, in_flight: int) -> No
             client.sock.sendall(frame)
             sent += 1
         _, response = client.receive(PRODUCE, PRODUCE_VERSION)
-        part = response.responses[0].partition_responses[0]
-        if part.error_code != ErrorCode.NONE or response.throttle_time_ms:
+        part = next((p for p in response.responses[0].partition_responses if p.error_code), None)
+        if part is not None or response.throttle_time_ms:
+            part = part or response.responses[0].partition_responses[0]
             raise RuntimeError(
                 f"produce failed: {ErrorCode(part.error_code).name}: {part.error_message}, "
                 f"throttled {response.throttle_time_ms} ms"
@@ -69,7 +70,8 @@ def send_requests(client: RawClient, frame: bytes, n: int, in_flight: int) -> No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Broker CPU per pipelined Produce request (brokkr serve, acks=1).")
-    parser.add_argument("--records", type=int, default=10, help="records of 100 B per request (10)")
+    parser.add_argument("--records", type=int, default=10, help="records of 100 B per partition (10)")
+    parser.add_argument("--partitions", type=int, default=1, help="partitions each request writes to (1)")
     parser.add_argument("--requests", type=int, default=20000, help="timed requests per run (20000)")
     parser.add_argument("--in-flight", type=int, default=20, help="requests sent ahead of their answers (20)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs; their median is reported (3)")
@@ -79,11 +81,11 @@ def main() -> None:
     proc = start_broker(port, args.log_dirs or tempfile.mkdtemp(prefix="brokkr-raw-"), None)
     try:
         bootstrap = f"127.0.0.1:{port}"
-        create_topic(bootstrap, "raw")
+        create_topic(bootstrap, "raw", partitions=args.partitions)
         batch = build_batch(
             [(b"key-%d" % i, b"x" * 100) for i in range(args.records)], timestamp=int(time.time() * 1000)
         )
-        frame = produce_frame("raw", batch)
+        frame = produce_frame("raw", batch, partitions=args.partitions)
         per_request = []
         for run in range(args.runs):
             warmup = 2000 if run == 0 else 0  # untimed, before the first run's clock starts
@@ -93,7 +95,10 @@ def main() -> None:
                 f"{args.requests / elapsed:,.0f} requests/s, broker CPU {cpu:.0f}%: {per_request[-1]:.1f} us a request"
             )
         median = statistics.median(per_request)
-        print(f"{len(frame):,} B requests of {args.records} records: median {median:.1f} us of broker CPU a request")
+        print(
+            f"{len(frame):,} B requests of {args.records} records to each of {args.partitions} partition(s): "
+            f"median {median:.1f} us of broker CPU a request, {median / args.partitions:.1f} us a partition"
+        )
     finally:
         stop_broker(proc)
 
