@@ -420,7 +420,8 @@ class Broker:
         quota = self.hot.brokkr_quota_throttle_ms
         if quota is None:
             return 0
-        return max((int(r) for r in quota(context=ctx, usage=usage, broker=self) if r), default=0)
+        answers = quota(context=ctx, usage=usage, broker=self)
+        return max((int(r) for r in answers if r), default=0) if answers else 0
 
     def append(self, partition: Partition, validated: ValidatedRecords) -> AppendInfo:
         """Append validated records as leader, fire the observers, advance the high

@@ -12,7 +12,8 @@ from .protocol.primitives import Reader
 
 
 @hookimpl(trylast=True)
-def brokkr_decode_request(header: RequestHeader, body: Reader) -> Any:
+def brokkr_decode_request(header: RequestHeader, body: Reader, broker) -> Any:
+    # Takes every argument of the spec, unused ones too: called directly (plugins.HotHooks).
     if header.api_key == produce_codec.KEY:  # the most frequent request: written out
         return produce_codec.decode_request(header.api_version, body)
     return request_spec(header.api_key).decode(header.api_version, body)

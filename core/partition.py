@@ -128,6 +128,8 @@ class Partition:
     def high_watermark_candidate(self) -> int:
         """The smallest log end offset over the in-sync replicas (Kafka's high watermark rule)."""
         end = self.log.log_end_offset
+        if len(self.isr) == 1 and self.isr[0] == self.node_id:  # alone, or the only one in sync
+            return end
         return min((end if r == self.node_id else self.follower_end.get(r, 0) for r in self.isr), default=end)
 
     @property

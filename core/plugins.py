@@ -115,7 +115,7 @@ class HotHooks:
         if not impls:
             resolved = None
         elif len(impls) == 1 and not (impls[0].hookwrapper or impls[0].wrapper):
-            resolved = _direct(impls[0], bool(caller.spec and caller.spec.opts.get("firstresult")))
+            resolved = _direct(impls[0], caller.spec)
         else:
             resolved = caller
         if changes == self._changes:  # else a plugin came or went meanwhile (another thread)
@@ -123,8 +123,15 @@ class HotHooks:
         return resolved
 
 
-def _direct(impl: pluggy.HookImpl, firstresult: bool):
+def _direct(impl: pluggy.HookImpl, spec: pluggy.HookSpec | None):
+    """The one implementation, called as pluggy would call it: with the arguments it names,
+    taken from the caller's keyword arguments. An implementation that takes every argument
+    of the spec (most do) is called with those keywords as they come, without the copy."""
     function, names = impl.function, impl.argnames
+    firstresult = bool(spec and spec.opts.get("firstresult"))
+    takes_all = spec is not None and set(names) == set(spec.argnames) and not impl.kwargnames
+    if firstresult and takes_all:
+        return function
     if firstresult:
 
         def call_first(**kwargs):
@@ -136,7 +143,11 @@ def _direct(impl: pluggy.HookImpl, firstresult: bool):
         result = function(*[kwargs[n] for n in names])
         return [] if result is None else [result]
 
-    return call
+    def call_all(**kwargs):
+        result = function(**kwargs)
+        return [] if result is None else [result]
+
+    return call_all if takes_all else call
 
 
 def create_plugin_manager(

@@ -269,6 +269,42 @@ def test_hot_hooks_resolve_to_nothing_one_implementation_or_pluggy():
     assert pm.hot.brokkr_decode_request is not None, "firstresult: the built-in decoder, directly"
 
 
+class _AllArguments:
+    def __init__(self):
+        self.calls = []
+
+    @hookimpl
+    def brokkr_after_log_append(self, partition, info, broker):
+        self.calls.append((partition, info, broker))
+        return "seen"
+
+    @hookimpl(tryfirst=True)
+    def brokkr_decode_request(self, header, body, broker):
+        return ("decoded", header, body, broker)
+
+
+def test_an_implementation_taking_every_argument_is_called_as_pluggy_would():
+    pm = create_plugin_manager(entry_points=False)
+    plugin = _AllArguments()
+    pm.register(plugin)
+    assert pm.hot.brokkr_after_log_append(partition=1, info=2, broker=3) == ["seen"], "a list, as pluggy returns"
+    assert plugin.calls == [(1, 2, 3)]
+    assert pm.hot.brokkr_after_log_append(broker=3, info=2, partition=1) == pm.hook.brokkr_after_log_append(
+        partition=1, info=2, broker=3
+    )
+    pm.unregister(plugin)
+    only = _AllArguments()
+    pm.set_blocked("brokkr.core.default_decoder")
+    pm.register(only)
+    decode = pm.hot.brokkr_decode_request
+    assert decode == only.brokkr_decode_request, "firstresult, every argument: the method itself"
+    assert (
+        decode(body=2, broker=3, header=1)
+        == ("decoded", 1, 2, 3)
+        == pm.hook.brokkr_decode_request(header=1, body=2, broker=3)
+    )
+
+
 def test_a_plugin_registered_while_serving_sees_the_next_request(brokkr_broker):
     observer = _Appends()
     with RawClient(brokkr_broker.bootstrap_servers) as c:

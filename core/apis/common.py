@@ -11,14 +11,19 @@ from ..errors import ErrorCode
 from ..listeners import advertised_listener
 from ..partition import Partition, Topic
 
+_NONE = ErrorCode.NONE  # a module constant: an IntEnum member costs a class lookup each time
+_UNKNOWN_TOPIC_ID = ErrorCode.UNKNOWN_TOPIC_ID
+_UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+_NOT_LEADER_OR_FOLLOWER = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
 
 def resolve_topic(broker, name: str | None, topic_id: uuid.UUID | None, by_id: bool) -> tuple[Topic | None, ErrorCode]:
     """A topic named by name (older versions) or by id (newer ones), with Kafka's error."""
     if by_id:
         topic = broker.topics_by_id.get(topic_id)
-        return topic, ErrorCode.NONE if topic else ErrorCode.UNKNOWN_TOPIC_ID
+        return topic, _NONE if topic else _UNKNOWN_TOPIC_ID
     topic = broker.topics.get(name)
-    return topic, ErrorCode.NONE if topic else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return topic, _NONE if topic else _UNKNOWN_TOPIC_OR_PARTITION
 
 
 def leadership(broker, topic: Topic, index: int) -> dict:
@@ -71,11 +76,11 @@ def partition_of(topic: Topic | None, index: int) -> tuple[Partition | None, Err
     """The partition this broker leads, or the error Kafka answers: UNKNOWN_TOPIC_OR_PARTITION
     for no such partition, NOT_LEADER_OR_FOLLOWER when another broker leads it."""
     if topic is None or not 0 <= index < len(topic.partitions):
-        return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return None, _UNKNOWN_TOPIC_OR_PARTITION
     partition = topic.partitions[index]
     if partition is None or not partition.is_leader:
-        return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
-    return partition, ErrorCode.NONE
+        return None, _NOT_LEADER_OR_FOLLOWER
+    return partition, _NONE
 
 
 def leader_epoch_error(partition: Partition, current_leader_epoch: int) -> ErrorCode:

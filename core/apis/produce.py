@@ -28,6 +28,7 @@ from . import Api
 from .common import NoResponse, partition_of, resolve_topic
 
 log = logging.getLogger("brokkr.produce")
+_NONE = ErrorCode.NONE  # a module constant: an IntEnum member costs a class lookup each time
 
 KEY = 0
 TOPIC_IDS_VERSION = 13
@@ -80,16 +81,17 @@ async def handle(broker, ctx, request):
                 res = _result(pd.index, code)
             elif (found := partition_of(topic, pd.index))[0] is None:
                 res = _result(pd.index, found[1])
-            elif verified.get(id(pd), ErrorCode.NONE) != ErrorCode.NONE:
+            elif verified and verified.get(id(pd), _NONE):
                 res = _unverified(pd.index, verified[id(pd)])
             else:
                 partition = found[0]
                 res, next_offset = await _append(broker, ctx, partition, pd.records, acks)
-                if res.error_code == ErrorCode.NONE:
+                if not res.error_code:
                     produced_bytes += len(pd.records)
                     if acks == -1:
                         waiting.append((partition, next_offset, res))
-            failed = failed or res.error_code != ErrorCode.NONE
+            if res.error_code:
+                failed = True
             results.append(res)
         responses.append(TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=results))
 
@@ -225,7 +227,7 @@ async def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProdu
         return _result(partition.index, ErrorCode.UNKNOWN_SERVER_ERROR), -1
     res = PartitionProduceResponse(
         index=partition.index,
-        error_code=ErrorCode.NONE,
+        error_code=_NONE,
         base_offset=info.first_offset,
         log_append_time_ms=validated.log_append_time,
         log_start_offset=partition.log.log_start_offset,

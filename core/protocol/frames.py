@@ -39,10 +39,12 @@ def api_names() -> dict[int, str]:
     return names
 
 
+@functools.cache  # keys Kafka defines only: any other raises KeyError, which is not cached
 def request_spec(api_key: int) -> MessageSpec:
     return load_message(api_names()[api_key] + "Request")
 
 
+@functools.cache
 def response_spec(api_key: int) -> MessageSpec:
     return load_message(api_names()[api_key] + "Response")
 
@@ -158,7 +160,6 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body) -
     of it (a Fetch response can be megabytes); or, when the body holds records whose bytes
     are not at hand (file regions, see :meth:`Writer.defer`), the frame's parts in order,
     bytes and those values alternating, the size prefix counting them all."""
-    spec = response_spec(api_key)
     w = Writer()
     # The size (filled in below), the correlation id and, in header v1, no tagged fields.
     w.buf += (
@@ -167,7 +168,7 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body) -
         else _HEADER.pack(0, correlation_id)
     )
     if api_key != produce_codec.KEY or not produce_codec.encode_response(api_version, body, w):
-        spec.encode(api_version, body, w)
+        response_spec(api_key).encode(api_version, body, w)
     if w.deferred is None:
         _SIZE.pack_into(w.buf, 0, len(w.buf) - 4)
         return w.buf
