@@ -3,17 +3,26 @@ client library (codecs.py, security.py). Run alone, it measures the broker's CPU
 Produce request, the per-request cost with no client library beside it:
 
     .venv/bin/python benchmarks/raw_produce.py --records 10 --requests 20000
+
+``--in-process`` skips the sockets: a broker in this process answers the same frame
+through ``handle_frame_with_throttle`` (the dispatcher and everything after it), timed by
+this process's CPU clock. It varies by a few percent between runs where the socket
+figure varies by ten, so it is the one to compare two checkouts with.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import tempfile
 import time
 
+from brokkr.core.broker import Broker
+from brokkr.core.context import ANONYMOUS, ConnectionInfo
+from brokkr.core.dispatch import handle_frame_with_throttle
 from brokkr.core.errors import ErrorCode
-from brokkr.core.protocol.frames import encode_request, request_spec
+from brokkr.core.protocol.frames import decode_response, encode_request, request_spec
 from brokkr.core.protocol.records import build_batch
 from brokkr.core.testing import RawClient
 from produce import cpu_seconds, create_topic, free_port, start_broker, stop_broker
@@ -68,6 +77,33 @@ def send_requests(client: RawClient, frame: bytes, n: int, in_flight: int) -> No
             raise TimeoutError(f"{n - answered} request(s) unanswered after {RUN_TIMEOUT_S:.0f}s")
 
 
+async def in_process_runs(log_dir: str, partitions: int, frame: bytes, requests: int, runs: int) -> list[float]:
+    """Microseconds of this process's CPU per request, one figure a run, answering ``frame``
+    through the dispatcher of a broker in this process (its built-in plugins only, as
+    the benchmarks run ``brokkr serve``), after 2000 untimed requests."""
+    broker = Broker({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": log_dir}, entry_points=False)
+    await broker.start()
+    try:
+        broker.create_topic("raw", partitions)
+        conn = ConnectionInfo("raw-1", "PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0)
+        body = memoryview(frame)[4:]  # the size prefix is the channel's
+        for _ in range(2000):
+            await handle_frame_with_throttle(broker, conn, ANONYMOUS, body)
+        figures = []
+        for _ in range(runs):
+            start = time.process_time()
+            for _ in range(requests):
+                response, _ = await handle_frame_with_throttle(broker, conn, ANONYMOUS, body)
+            figures.append((time.process_time() - start) / requests * 1e6)
+        _, answer = decode_response(PRODUCE, PRODUCE_VERSION, memoryview(response)[4:])
+        failed = [p for t in answer.responses for p in t.partition_responses if p.error_code]
+        if failed:
+            raise RuntimeError(f"produce failed: {ErrorCode(failed[0].error_code).name}: {failed[0].error_message}")
+        return figures
+    finally:
+        await broker.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Broker CPU per pipelined Produce request (brokkr serve, acks=1).")
     parser.add_argument("--records", type=int, default=10, help="records of 100 B per partition (10)")
@@ -76,16 +112,25 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=20, help="requests sent ahead of their answers (20)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs; their median is reported (3)")
     parser.add_argument("--log-dirs", default=None, help="segment files here (default: a new temporary directory)")
+    parser.add_argument(
+        "--in-process", action="store_true", help="no sockets: this process's CPU per request through the dispatcher"
+    )
     args = parser.parse_args()
+    batch = build_batch([(b"key-%d" % i, b"x" * 100) for i in range(args.records)], timestamp=int(time.time() * 1000))
+    frame = produce_frame("raw", batch, partitions=args.partitions)
+    described = f"{len(frame):,} B requests of {args.records} records to each of {args.partitions} partition(s)"
+    log_dir = args.log_dirs or tempfile.mkdtemp(prefix="brokkr-raw-")
+    if args.in_process:
+        runs = asyncio.run(in_process_runs(log_dir, args.partitions, frame, args.requests, args.runs))
+        median = statistics.median(runs)
+        print(f"in process, us a request: {', '.join(f'{r:.1f}' for r in runs)}")
+        print(f"{described}: median {median:.1f} us a request, {median / args.partitions:.1f} us a partition")
+        return
     port = free_port()
-    proc = start_broker(port, args.log_dirs or tempfile.mkdtemp(prefix="brokkr-raw-"), None)
+    proc = start_broker(port, log_dir, None)
     try:
         bootstrap = f"127.0.0.1:{port}"
         create_topic(bootstrap, "raw", partitions=args.partitions)
-        batch = build_batch(
-            [(b"key-%d" % i, b"x" * 100) for i in range(args.records)], timestamp=int(time.time() * 1000)
-        )
-        frame = produce_frame("raw", batch, partitions=args.partitions)
         per_request = []
         for run in range(args.runs):
             warmup = 2000 if run == 0 else 0  # untimed, before the first run's clock starts
@@ -95,10 +140,8 @@ def main() -> None:
                 f"{args.requests / elapsed:,.0f} requests/s, broker CPU {cpu:.0f}%: {per_request[-1]:.1f} us a request"
             )
         median = statistics.median(per_request)
-        print(
-            f"{len(frame):,} B requests of {args.records} records to each of {args.partitions} partition(s): "
-            f"median {median:.1f} us of broker CPU a request, {median / args.partitions:.1f} us a partition"
-        )
+        per_partition = median / args.partitions
+        print(f"{described}: median {median:.1f} us of broker CPU a request, {per_partition:.1f} us a partition")
     finally:
         stop_broker(proc)
 

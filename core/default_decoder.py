@@ -12,8 +12,7 @@ from .protocol.primitives import Reader
 
 
 @hookimpl(trylast=True)
-def brokkr_decode_request(header: RequestHeader, body: Reader, broker) -> Any:
-    # Takes every argument of the spec, unused ones too: called directly (plugins.HotHooks).
+def brokkr_decode_request(header: RequestHeader, body: Reader) -> Any:
     if header.api_key == produce_codec.KEY:  # the most frequent request: written out
         return produce_codec.decode_request(header.api_version, body)
     return request_spec(header.api_key).decode(header.api_version, body)

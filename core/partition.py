@@ -69,6 +69,7 @@ class Partition:
     def __init__(self, topic: Topic, index: int, log: PartitionLog, node_id: int = 0):
         self.topic = topic
         self.index = index
+        self.name = f"{topic.name}-{index}"  # "topic-N", as Kafka names a TopicPartition
         self.log = log
         self.leader_epoch = _last_leader_epoch(log)
         self.high_watermark = log.log_end_offset
@@ -131,10 +132,6 @@ class Partition:
         if len(self.isr) == 1 and self.isr[0] == self.node_id:  # alone, or the only one in sync
             return end
         return min((end if r == self.node_id else self.follower_end.get(r, 0) for r in self.isr), default=end)
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic.name}-{self.index}"
 
     @property
     def config(self) -> TopicConfig:

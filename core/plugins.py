@@ -10,6 +10,7 @@ any other plugin, under stable names, so a user can block one with
 from __future__ import annotations
 
 import importlib
+import operator
 from collections.abc import Iterable, Iterator
 
 import pluggy
@@ -115,7 +116,7 @@ class HotHooks:
         if not impls:
             resolved = None
         elif len(impls) == 1 and not (impls[0].hookwrapper or impls[0].wrapper):
-            resolved = _direct(impls[0], caller.spec)
+            resolved = _direct(impls[0], bool(caller.spec and caller.spec.opts.get("firstresult")))
         else:
             resolved = caller
         if changes == self._changes:  # else a plugin came or went meanwhile (another thread)
@@ -123,31 +124,30 @@ class HotHooks:
         return resolved
 
 
-def _direct(impl: pluggy.HookImpl, spec: pluggy.HookSpec | None):
-    """The one implementation, called as pluggy would call it: with the arguments it names,
-    taken from the caller's keyword arguments. An implementation that takes every argument
-    of the spec (most do) is called with those keywords as they come, without the copy."""
+def _direct(impl: pluggy.HookImpl, firstresult: bool):
+    """The one implementation, called as pluggy calls it: positionally, with the caller's
+    keyword arguments that it names, picked in C (``operator.itemgetter``)."""
     function, names = impl.function, impl.argnames
-    firstresult = bool(spec and spec.opts.get("firstresult"))
-    takes_all = spec is not None and set(names) == set(spec.argnames) and not impl.kwargnames
-    if firstresult and takes_all:
-        return function
+    if len(names) == 1:
+        (name,) = names
+
+        def args(kwargs):
+            return (kwargs[name],)
+
+    else:
+        args = operator.itemgetter(*names) if names else lambda kwargs: ()
     if firstresult:
 
         def call_first(**kwargs):
-            return function(*[kwargs[n] for n in names])
+            return function(*args(kwargs))
 
         return call_first
 
     def call(**kwargs):
-        result = function(*[kwargs[n] for n in names])
+        result = function(*args(kwargs))
         return [] if result is None else [result]
 
-    def call_all(**kwargs):
-        result = function(**kwargs)
-        return [] if result is None else [result]
-
-    return call_all if takes_all else call
+    return call
 
 
 def create_plugin_manager(

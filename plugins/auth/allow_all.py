@@ -15,8 +15,7 @@ def brokkr_authenticate(connection: ConnectionInfo) -> Principal | None:
 
 
 @hookimpl(trylast=True)
-def brokkr_authorize(context, actions: list[Action], broker) -> list[AuthorizationResult] | None:
-    # Takes every argument of the spec, unused ones too: called directly (plugins.HotHooks).
+def brokkr_authorize(actions: list[Action], broker) -> list[AuthorizationResult] | None:
     if broker.config.get("authorizer.class.name"):  # an authorizer decides: no opinion here
         return None
     return [AuthorizationResult.ALLOWED] * len(actions)

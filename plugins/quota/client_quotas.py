@@ -129,8 +129,7 @@ class ClientQuotaManager:
     registered as a plugin of that broker (``brokkr_broker_starting``)."""
 
     @hookimpl
-    def brokkr_quota_throttle_ms(self, context, usage, broker):
-        # Takes every argument of the spec, unused ones too: called directly (plugins.HotHooks).
+    def brokkr_quota_throttle_ms(self, context, usage):
         if not self._keys_set:  # no quota set anywhere: nothing to record
             return None
         user, client_id = context.principal.name, context.client_id or ""

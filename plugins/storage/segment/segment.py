@@ -278,9 +278,9 @@ class LogSegment:
     def append(self, records: bytearray | memoryview | bytes) -> None:
         """Write whole batches at the end of the log and index them."""
         position = self.size
-        written = 0
         try:
-            while written < len(records):
+            written = os.write(self.fd, records)
+            while written < len(records):  # a short write (a signal, a nearly full disk): the rest
                 written += os.write(self.fd, memoryview(records)[written:])
         except OSError:
             os.ftruncate(self.fd, position)  # never leave half a batch behind
