@@ -6,8 +6,8 @@ Produce request, the per-request cost with no client library beside it:
 
 ``--in-process`` skips the sockets: a broker in this process answers the same frame
 through ``handle_frame_with_throttle`` (the dispatcher and everything after it), timed by
-this process's CPU clock. It varies by a few percent between runs where the socket
-figure varies by ten, so it is the one to compare two checkouts with.
+this process's CPU clock. Its runs mostly agree within a few percent where the socket
+figures spread by 10-20%, so it is the one to compare two checkouts with.
 """
 
 from __future__ import annotations
