@@ -119,7 +119,14 @@ def main() -> None:
     batch = build_batch([(b"key-%d" % i, b"x" * 100) for i in range(args.records)], timestamp=int(time.time() * 1000))
     frame = produce_frame("raw", batch, partitions=args.partitions)
     described = f"{len(frame):,} B requests of {args.records} records to each of {args.partitions} partition(s)"
-    log_dir = args.log_dirs or tempfile.mkdtemp(prefix="brokkr-raw-")
+    if args.log_dirs:
+        run(args, frame, described, args.log_dirs)
+    else:
+        with tempfile.TemporaryDirectory(prefix="brokkr-raw-") as log_dir:  # megabytes a run: not left behind
+            run(args, frame, described, log_dir)
+
+
+def run(args, frame: bytes, described: str, log_dir: str) -> None:
     if args.in_process:
         runs = asyncio.run(in_process_runs(log_dir, args.partitions, frame, args.requests, args.runs))
         median = statistics.median(runs)

@@ -21,12 +21,15 @@ it, unless the client is still taking the end of a response (the write buffer sh
 since the timer last looked); a wait for the transport to take a response fails after
 ``idle_s`` seconds in which it took nothing. One timer per wait, re-armed only when it fires early, never per read.
 
-Small responses are corked: held until the connection's task next waits (the loop's next
-turn), so the answers to requests a client pipelined reach the socket in one send instead
-of one each; a send costs more than the rest of a small request on a VM. At most
-``CORK_FRAMES`` responses and ``CORK_BYTES`` bytes are held, which bounds both the memory
-and the delay (the time the broker takes over that many small requests); a larger response
-goes out at once, after what was held before it.
+Small responses to pipelined requests are corked: while the read buffer holds the client's
+whole next request, an answer is held, and it goes out with the answer to the last request
+buffered (or at the loop's next turn, should the task wait on something else first), so the
+answers to requests a client pipelined reach the socket in one send instead of one each; a
+send costs more than the rest of a small request on a VM. An answer with no whole request
+behind it goes out at once: holding it to the loop's next turn would cost a turn per request.
+At most ``CORK_FRAMES`` responses and ``CORK_BYTES`` bytes are held, which bounds both the
+memory and the delay (the time the broker takes over that many small requests); a larger
+response goes out at once, after what was held before it.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ class FramePool:
 class Channel(asyncio.BufferedProtocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # asked once: asking costs a getpid() each time
         self._buf = bytearray(READ_BUFFER_BYTES)
         self._start = 0  # unread bytes are self._buf[self._start:self._end]
         self._end = 0
@@ -207,7 +211,7 @@ class Channel(asyncio.BufferedProtocol):
             raise ConnectionResetError("connection lost") from self._lost
         if self._eof:
             raise asyncio.IncompleteReadError(b"", wanted)
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         self._waiter = waiter = loop.create_future()
         self._resume_reading()
         started = time.monotonic()
@@ -229,9 +233,13 @@ class Channel(asyncio.BufferedProtocol):
         if quiet >= idle_s:
             waiter.set_exception(TimeoutError())
         else:  # bytes arrived meanwhile: the connection is not idle yet
-            self._timer = asyncio.get_running_loop().call_later(
-                idle_s - quiet, self._check_idle, waiter, idle_s, started
-            )
+            self._timer = self._running_loop().call_later(idle_s - quiet, self._check_idle, waiter, idle_s, started)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -257,17 +265,32 @@ class Channel(asyncio.BufferedProtocol):
         if self._closed or self.transport.is_closing():
             raise ConnectionResetError("connection lost")
         size = len(data)
+        if not self._frame_buffered():  # the task waits for input next: send now, with what is held
+            if self._corked and self._corked_bytes + size <= CORK_BYTES:
+                self._corked.append(data)
+                self.uncork()
+            else:
+                self.uncork()
+                self.transport.write(data)
+            return
         if self._corked_bytes + size > CORK_BYTES:
             self.uncork()
             if size > CORK_BYTES:
                 self.transport.write(data)
                 return
         if not self._corked:
-            asyncio.get_running_loop().call_soon(self.uncork)
+            self._running_loop().call_soon(self.uncork)
         self._corked.append(data)
         self._corked_bytes += size
         if len(self._corked) >= CORK_FRAMES:
             self.uncork()
+
+    def _frame_buffered(self) -> bool:
+        """Whether the read buffer holds the whole next frame (the client pipelined it)."""
+        start, buffered = self._start, self._end - self._start
+        return buffered >= _SIZE_BYTES and buffered - _SIZE_BYTES >= int.from_bytes(
+            self._buf[start : start + _SIZE_BYTES], "big"
+        )
 
     def uncork(self) -> None:
         """Hand the held responses to the transport, in one write."""
@@ -286,7 +309,7 @@ class Channel(asyncio.BufferedProtocol):
             if self._closed or self.transport.is_closing():
                 raise ConnectionResetError("connection lost")
             unsent = self.transport.get_write_buffer_size()
-            self._drain_waiter = waiter = asyncio.get_running_loop().create_future()
+            self._drain_waiter = waiter = self._running_loop().create_future()
             try:
                 async with asyncio.timeout(idle_s):
                     await waiter

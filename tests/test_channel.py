@@ -137,10 +137,20 @@ class _Transport:
         self.closed = True
 
 
-def _corking_channel() -> tuple[Channel, _Transport]:
+def _corking_channel(pipelined: bool = True) -> tuple[Channel, _Transport]:
+    """A channel whose read buffer holds a whole request it has not taken yet (the client
+    pipelined it), unless not ``pipelined``: what it is asked to send is held."""
     channel, transport = Channel(), _Transport()
     channel.connection_made(transport)
+    if pipelined:
+        _receive(channel, b"\x00\x00\x00\x03req")
     return channel, transport
+
+
+def _receive(channel: Channel, data: bytes) -> None:
+    """``data`` arriving from the client, as the transport hands it over."""
+    channel.get_buffer(-1)[: len(data)] = data
+    channel.buffer_updated(len(data))
 
 
 def test_small_responses_written_in_one_turn_reach_the_transport_as_one_write_in_order():
@@ -148,11 +158,31 @@ def test_small_responses_written_in_one_turn_reach_the_transport_as_one_write_in
         channel, transport = _corking_channel()
         for i in range(3):
             channel.write(bytearray(b"answer-%d;" % i))
-        assert transport.writes == [], "held until the connection's task waits"
+        assert transport.writes == [], "held while a whole request waits in the read buffer"
         await asyncio.sleep(0)
         return transport.writes
 
     assert asyncio.run(main()) == [b"answer-0;answer-1;answer-2;"]
+
+
+def test_the_answer_to_the_last_buffered_request_goes_out_at_once_with_those_held_before_it():
+    async def main() -> None:
+        channel, transport = _corking_channel()
+        _receive(channel, b"\x00\x00\x00\x03re")  # the next request, not all here yet
+        channel.write(b"first;")
+        assert transport.writes == []
+        assert await channel.read_size(1.0) == 3 and await channel.read_body(3, 1.0) == b"req"
+        channel.write(b"second;")
+        assert transport.writes == [b"first;second;"], "no whole request left: sent without waiting a turn"
+        await asyncio.sleep(0)
+        assert transport.writes == [b"first;second;"]
+        lone, lone_transport = _corking_channel(pipelined=False)
+        lone.write(b"only;")
+        assert lone_transport.writes == [b"only;"], "nothing pipelined: nothing held"
+        lone.write(b"L" * (CORK_BYTES + 1))
+        assert lone_transport.writes == [b"only;", b"L" * (CORK_BYTES + 1)]
+
+    asyncio.run(main())
 
 
 def test_corked_responses_are_bounded_in_count_and_bytes_and_a_large_one_goes_out_at_once_after_them():
