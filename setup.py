@@ -1,6 +1,8 @@
-"""The C part of brokkr: the record walk (core/protocol/_recordscan.c), built when a C
-compiler and Python's headers are there. It is optional: without it brokkr runs the same
-walk in Python (brokkr.core.protocol.records), slower. Everything else is in pyproject.toml."""
+"""The C parts of brokkr, built when a C compiler and Python's headers are there: the record
+walk (core/protocol/_recordscan.c) and the header checks of a produced batch
+(core/protocol/_batchcheck.c). Both are optional: without them brokkr runs the same code in
+Python (brokkr.core.protocol.records, brokkr.core.validation), slower. Everything else is in
+pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -11,6 +13,12 @@ setup(
             ["core/protocol/_recordscan.c"],
             extra_compile_args=["-O2"],
             optional=True,
-        )
+        ),
+        Extension(
+            "brokkr.core.protocol._batchcheck",
+            ["core/protocol/_batchcheck.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

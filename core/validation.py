@@ -54,6 +54,11 @@ from .protocol.records import (
 )
 from .record_checks import RecordRules
 
+try:
+    from .protocol import _batchcheck  # _single_batch and _check_header in C (core/protocol/_batchcheck.c)
+except ImportError:  # not built: the Python checks run alone
+    _batchcheck = None
+
 if TYPE_CHECKING:
     from .broker import Broker
     from .context import RequestContext
@@ -133,8 +138,7 @@ def prepare_batch(
     :class:`ValidatedRecords` when the header settles every rule (an uncompressed batch
     stored uncompressed), else the :class:`RecordWalk` still to do. Raises RecordsError."""
     records = memoryview(records or b"")
-    header = _single_batch(records, api_version)
-    _check_header(partition, records, header, codecs)
+    header = _checked_header(partition, records, api_version, codecs)
     target = target_codec_id(partition.config["compression.type"], header.codec)
     if target not in codecs:
         raise RecordsError(
@@ -283,6 +287,22 @@ class RunElsewhere(Exception):
     a broken record rule, a batch to rebuild), which would hold the GIL: a process's work."""
 
 
+def _checked_header(
+    partition: Partition, records: memoryview, api_version: int, codecs: dict[int, Codec]
+) -> BatchHeader:
+    """The header of the one batch a partition's records must be, checked by
+    :func:`_single_batch` and :func:`_check_header`: in one C call where the batch passes
+    them (the C checks answer None on any failure, and these then word the error)."""
+    if _batchcheck is not None:
+        header = _batchcheck.check(records, api_version, partition.config["max.message.bytes"], BatchHeader)
+        if header is not None:
+            _check_codec(header, codecs)
+            return header
+    header = _single_batch(records, api_version)
+    _check_header(partition, records, header, codecs)
+    return header
+
+
 def _single_batch(records: memoryview, api_version: int) -> BatchHeader:
     """Kafka's ``ProduceRequest.validateRecords`` (errors without record errors).
 
@@ -342,8 +362,7 @@ def _check_header(partition: Partition, records: memoryview, header: BatchHeader
             ErrorCode.CORRUPT_MESSAGE,
             f"Record is corrupt (stored crc = {header.crc}) in topic partition {partition.name}.",
         )
-    if header.codec not in codecs:
-        raise RecordsError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"Compression type {header.codec} is not supported")
+    _check_codec(header, codecs)
     if header.last_offset_delta < 0:
         raise RecordsError(
             ErrorCode.INVALID_RECORD,
@@ -371,6 +390,11 @@ def _check_header(partition: Partition, records: memoryview, header: BatchHeader
             f"Invalid sequence number {header.base_sequence} in record batch with producerId {header.producer_id} "
             f"in topic partition {partition.name}",
         )
+
+
+def _check_codec(header: BatchHeader, codecs: dict[int, Codec]) -> None:
+    if header.codec not in codecs:
+        raise RecordsError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"Compression type {header.codec} is not supported")
 
 
 def _decompress(

@@ -4,9 +4,12 @@ each conversion as the stored batch shows it."""
 
 from __future__ import annotations
 
+import os
+import random
 import re
 import struct
 import time
+import types
 import zlib
 
 import crc32c
@@ -444,3 +447,104 @@ def test_rules_the_header_cannot_settle_walk_the_records(brokkr_broker, monkeypa
     batch = memoryview(build_batch([(b"k", b"v")], timestamp=now_ms()))
     with pytest.raises(AssertionError, match="walked"):
         validation.validate_batches(partition, batch, 9, brokkr_broker.broker.codecs, 1 << 20, now_ms())
+
+
+# -- the header checks in C (core/protocol/_batchcheck.c) against the Python ones -------------
+
+MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default max.message.bytes
+ALL_CODEC_IDS = dict.fromkeys(range(8))  # the codec check is the caller's, in both
+
+
+def python_header_checks(records: bytes, version: int, max_message_bytes: int = MAX_MESSAGE_BYTES):
+    """What _single_batch and _check_header make of ``records``: the header, or None."""
+    partition = types.SimpleNamespace(name="t-0", config={"max.message.bytes": max_message_bytes})
+    try:
+        header = validation._single_batch(memoryview(records), version)
+        validation._check_header(partition, memoryview(records), header, ALL_CODEC_IDS)
+    except validation.RecordsError:
+        return None
+    return header
+
+
+def header_check_cases():
+    plain = build_batch([(b"k", b"v")] * 3)
+    yield "plain", plain, 9
+    yield "idempotent", rewrite(plain, producer_id=7, producer_epoch=0, base_sequence=0), 9
+    yield "transactional", rewrite(plain, attributes=TRANSACTIONAL_FLAG, producer_id=7, base_sequence=3), 9
+    yield "gzip", gzip_batch(RECORDS), 3
+    yield "log append time claimed", rewrite(plain, attributes=TIMESTAMP_TYPE_MASK), 9
+    for version in (3, 6, 7, 13):
+        yield f"zstd v{version}", rewrite(plain, attributes=4), version
+    for name, records, _, _ in batch_cases():
+        yield name, records, 9
+    yield "empty", b"", 9
+    yield "short", plain[: HEADER_SIZE - 1], 9
+    yield "partial", plain[:-1], 9
+    yield "trailing byte", plain + b"\x00", 9
+    yield "two batches", plain + plain, 9
+    yield "length below a header", rewrite(plain, batch_length=HEADER_SIZE - 13), 9
+    yield "length past the end", rewrite(plain, batch_length=len(plain)), 9
+    yield "magic 1", rewrite(plain, magic=1), 9
+    yield "crc", plain[:ATTRIBUTES_OFFSET] + bytes([plain[ATTRIBUTES_OFFSET] ^ 1]) + plain[ATTRIBUTES_OFFSET + 1 :], 9
+    yield "negative sequence", rewrite(plain, producer_id=7, base_sequence=-1), 9
+    yield "no producer, negative sequence", rewrite(plain, base_sequence=-5), 9
+    yield "count past int32 offsets", rewrite(plain, last_offset_delta=2**31 - 1, record_count=-(2**31)), 9
+
+
+@pytest.mark.parametrize("records, version", [pytest.param(*c[1:], id=c[0]) for c in header_check_cases()])
+def test_the_c_header_checks_accept_exactly_what_the_python_ones_accept(records, version):
+    if validation._batchcheck is None:
+        pytest.skip("brokkr.core.protocol._batchcheck is not built")
+    c = validation._batchcheck.check(records, version, MAX_MESSAGE_BYTES, BatchHeader)
+    assert c == python_header_checks(records, version)
+    assert c is None or type(c) is BatchHeader
+
+
+def test_the_c_header_checks_agree_with_python_on_damaged_headers():
+    """Random header fields, the CRC made valid again (else both stop at it), and the
+    size limit on either side of the batch's size."""
+    if validation._batchcheck is None:
+        pytest.skip("brokkr.core.protocol._batchcheck is not built")
+    rng = random.Random(15)
+    plain = build_batch([(b"k", b"v")] * 3)
+    accepted = 0
+    for _ in range(3000):
+        fields = {}
+        for name, choices in (
+            ("base_offset", [0, 0, 1, -1]),
+            ("attributes", [0, 0, 1, 4, 7, CONTROL_FLAG, TRANSACTIONAL_FLAG, -1]),
+            ("last_offset_delta", [2, 2, 0, -1, 3]),
+            ("record_count", [3, 3, 1, 0, -3]),
+            ("producer_id", [-1, -1, 0, 7]),
+            ("base_sequence", [-1, 0, 5, -2]),
+            ("magic", [2, 2, 2, 0, 1, 3]),
+        ):
+            fields[name] = rng.choice(choices)
+        records = rewrite(plain, **fields)
+        version = rng.choice([3, 6, 7, 9, 13])
+        limit = rng.choice([len(records), len(records) - 1, MAX_MESSAGE_BYTES])
+        c = validation._batchcheck.check(records, version, limit, BatchHeader)
+        assert c == python_header_checks(records, version, limit), fields
+        accepted += c is not None
+    assert accepted > 30, "the cases must include batches both accept"
+
+
+def test_the_c_header_checks_let_go_of_the_buffer_and_want_a_named_tuple_for_the_header():
+    if validation._batchcheck is None:
+        pytest.skip("brokkr.core.protocol._batchcheck is not built")
+    records = bytearray(build_batch([(b"k", b"v")]))
+    assert validation._batchcheck.check(records, 9, MAX_MESSAGE_BYTES, BatchHeader) is not None
+    assert validation._batchcheck.check(records[:5], 9, MAX_MESSAGE_BYTES, BatchHeader) is None
+    records.extend(b"x")  # a buffer still exported could not be resized
+    with pytest.raises(TypeError, match="tuple subtype"):
+        validation._batchcheck.check(records, 9, MAX_MESSAGE_BYTES, object)
+
+
+def test_the_c_header_checks_are_built():
+    """Where brokkr was installed with a C compiler (CI, and the README's commands), the
+    checks run in C; set BROKKR_PYTHON_ONLY=1 where they cannot be built."""
+    if os.environ.get("BROKKR_PYTHON_ONLY"):
+        pytest.skip("BROKKR_PYTHON_ONLY is set")
+    assert validation._batchcheck is not None, (
+        "brokkr.core.protocol._batchcheck is not built: pip install -e . with gcc"
+    )
