@@ -55,9 +55,9 @@ from .protocol.records import (
 from .record_checks import RecordRules
 
 try:
-    from .protocol import _batchcheck  # _single_batch and _check_header in C (core/protocol/_batchcheck.c)
+    from .protocol import _produce  # _single_batch and _check_header in C (core/protocol/_produce.c)
 except ImportError:  # not built: the Python checks run alone
-    _batchcheck = None
+    _produce = None
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -293,8 +293,8 @@ def _checked_header(
     """The header of the one batch a partition's records must be, checked by
     :func:`_single_batch` and :func:`_check_header`: in one C call where the batch passes
     them (the C checks answer None on any failure, and these then word the error)."""
-    if _batchcheck is not None:
-        header = _batchcheck.check(records, api_version, partition.config["max.message.bytes"], BatchHeader)
+    if _produce is not None:
+        header = _produce.check_batch(records, api_version, partition.config["max.message.bytes"], BatchHeader)
         if header is not None:
             _check_codec(header, codecs)
             return header

@@ -449,7 +449,7 @@ def test_rules_the_header_cannot_settle_walk_the_records(brokkr_broker, monkeypa
         validation.validate_batches(partition, batch, 9, brokkr_broker.broker.codecs, 1 << 20, now_ms())
 
 
-# -- the header checks in C (core/protocol/_batchcheck.c) against the Python ones -------------
+# -- the header checks in C (core/protocol/_produce.c) against the Python ones -------------
 
 MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default max.message.bytes
 ALL_CODEC_IDS = dict.fromkeys(range(8))  # the codec check is the caller's, in both
@@ -493,9 +493,9 @@ def header_check_cases():
 
 @pytest.mark.parametrize("records, version", [pytest.param(*c[1:], id=c[0]) for c in header_check_cases()])
 def test_the_c_header_checks_accept_exactly_what_the_python_ones_accept(records, version):
-    if validation._batchcheck is None:
-        pytest.skip("brokkr.core.protocol._batchcheck is not built")
-    c = validation._batchcheck.check(records, version, MAX_MESSAGE_BYTES, BatchHeader)
+    if validation._produce is None:
+        pytest.skip("brokkr.core.protocol._produce is not built")
+    c = validation._produce.check_batch(records, version, MAX_MESSAGE_BYTES, BatchHeader)
     assert c == python_header_checks(records, version)
     assert c is None or type(c) is BatchHeader
 
@@ -503,8 +503,8 @@ def test_the_c_header_checks_accept_exactly_what_the_python_ones_accept(records,
 def test_the_c_header_checks_agree_with_python_on_damaged_headers():
     """Random header fields, the CRC made valid again (else both stop at it), and the
     size limit on either side of the batch's size."""
-    if validation._batchcheck is None:
-        pytest.skip("brokkr.core.protocol._batchcheck is not built")
+    if validation._produce is None:
+        pytest.skip("brokkr.core.protocol._produce is not built")
     rng = random.Random(15)
     plain = build_batch([(b"k", b"v")] * 3)
     accepted = 0
@@ -523,28 +523,27 @@ def test_the_c_header_checks_agree_with_python_on_damaged_headers():
         records = rewrite(plain, **fields)
         version = rng.choice([3, 6, 7, 9, 13])
         limit = rng.choice([len(records), len(records) - 1, MAX_MESSAGE_BYTES])
-        c = validation._batchcheck.check(records, version, limit, BatchHeader)
+        c = validation._produce.check_batch(records, version, limit, BatchHeader)
         assert c == python_header_checks(records, version, limit), fields
         accepted += c is not None
     assert accepted > 30, "the cases must include batches both accept"
 
 
 def test_the_c_header_checks_let_go_of_the_buffer_and_want_a_named_tuple_for_the_header():
-    if validation._batchcheck is None:
-        pytest.skip("brokkr.core.protocol._batchcheck is not built")
+    if validation._produce is None:
+        pytest.skip("brokkr.core.protocol._produce is not built")
     records = bytearray(build_batch([(b"k", b"v")]))
-    assert validation._batchcheck.check(records, 9, MAX_MESSAGE_BYTES, BatchHeader) is not None
-    assert validation._batchcheck.check(records[:5], 9, MAX_MESSAGE_BYTES, BatchHeader) is None
+    assert validation._produce.check_batch(records, 9, MAX_MESSAGE_BYTES, BatchHeader) is not None
+    assert validation._produce.check_batch(records[:5], 9, MAX_MESSAGE_BYTES, BatchHeader) is None
     records.extend(b"x")  # a buffer still exported could not be resized
     with pytest.raises(TypeError, match="tuple subtype"):
-        validation._batchcheck.check(records, 9, MAX_MESSAGE_BYTES, object)
+        validation._produce.check_batch(records, 9, MAX_MESSAGE_BYTES, object)
 
 
-def test_the_c_header_checks_are_built():
+def test_the_c_produce_module_is_built():
     """Where brokkr was installed with a C compiler (CI, and the README's commands), the
-    checks run in C; set BROKKR_PYTHON_ONLY=1 where they cannot be built."""
+    Produce request is read, its batches checked and its answer written in C; set
+    BROKKR_PYTHON_ONLY=1 where that cannot be built."""
     if os.environ.get("BROKKR_PYTHON_ONLY"):
         pytest.skip("BROKKR_PYTHON_ONLY is set")
-    assert validation._batchcheck is not None, (
-        "brokkr.core.protocol._batchcheck is not built: pip install -e . with gcc"
-    )
+    assert validation._produce is not None, "brokkr.core.protocol._produce is not built: pip install -e . with gcc"

@@ -7,6 +7,10 @@ in Kafka's order, with the same bounds checks (a :class:`Reader`) and the same o
 tests/test_produce_codec.py checks them byte for byte and object for object against the
 generic codec over every version. A response carrying KIP-951's tagged leader hints
 (``current_leader``, ``node_endpoints``) is left to the generic encoder.
+
+The common request (v9-12 as clients send it) and the common answer are read and written
+in C where brokkr was built with a compiler (``core/protocol/_produce.c``); what the C
+code does not accept, or everything where it is not built, the Python code here handles.
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ import struct
 from ..errors import CorruptRequest
 from .primitives import VARINT_MAX_BYTES, Reader, Writer, decode_uvarint
 from .schema import load_message
+
+try:
+    from . import _produce  # the common request and answer in C (core/protocol/_produce.c)
+except ImportError:  # not built: the Python reader runs alone
+    _produce = None
 
 KEY = 0
 FLEXIBLE_VERSION = 9
@@ -53,7 +62,10 @@ def _count(r: Reader, flexible: bool, name: str) -> int:
 def decode_request(version: int, r: Reader):
     """A ProduceRequest of ``version`` (3-13) from ``r``, as the generic decoder builds it."""
     if FLEXIBLE_VERSION <= version < TOPIC_IDS_VERSION:
-        request = _decode_common(r)
+        if _produce is not None:
+            request = _produce.read_request(r, _ProduceRequest, _TopicProduceData, _PartitionProduceData)
+        else:
+            request = _decode_common(r)
         if request is not None:
             return request
     flexible = version >= FLEXIBLE_VERSION
@@ -135,6 +147,12 @@ def _decode_common(r: Reader):
 def encode_response(version: int, response, w: Writer) -> bool:
     """Write a ProduceResponse of ``version`` (3-13) to ``w`` as the generic encoder would;
     False (nothing written) when it carries tagged leader hints, for the generic encoder."""
+    if (
+        _produce is not None
+        and FLEXIBLE_VERSION <= version < TOPIC_IDS_VERSION
+        and _produce.write_response(response, w.buf)
+    ):
+        return True  # the common answer, in C
     flexible = version >= FLEXIBLE_VERSION
     if flexible and (
         response.node_endpoints or any(_leader_hint(p) for t in response.responses for p in t.partition_responses)
