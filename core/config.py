@@ -570,6 +570,9 @@ class BrokerConfig(Mapping[str, Any]):
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
 
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._values.get(key, default)  # Mapping.get's, without its Python-level try (asked per request)
+
     def set_dynamic(self, scope: str, settings: Mapping[str, str], validate_only: bool = False) -> None:
         """Replace the dynamic settings of ``scope`` ("" for the cluster-wide default, "node"
         for this broker's own) with ``settings`` (Kafka's strings), unless ``validate_only``.
