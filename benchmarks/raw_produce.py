@@ -32,10 +32,13 @@ PRODUCE_VERSION = 9
 RUN_TIMEOUT_S = 120.0
 
 
-def produce_frame(topic: str, batch: bytes, client_id: str = "brokkr-bench", partitions: int = 1) -> bytes:
-    """One Produce v9 request (acks=1) of ``batch`` to each of partitions 0..partitions-1 of ``topic``."""
+def produce_frame(
+    topic: str, batch: bytes, client_id: str = "brokkr-bench", partitions: int = 1, first: int = 0
+) -> bytes:
+    """One Produce v9 request (acks=1) of ``batch`` to each of partitions
+    first..first+partitions-1 of ``topic``."""
     spec = request_spec(PRODUCE)
-    data = [spec.struct("PartitionProduceData")(index=i, records=batch) for i in range(partitions)]
+    data = [spec.struct("PartitionProduceData")(index=first + i, records=batch) for i in range(partitions)]
     topic_data = spec.struct("TopicProduceData")(name=topic, partition_data=data)
     body = spec.cls(acks=1, timeout_ms=30000, topic_data=[topic_data])
     return encode_request(PRODUCE, PRODUCE_VERSION, 1, client_id, body)
@@ -77,23 +80,24 @@ def send_requests(client: RawClient, frame: bytes, n: int, in_flight: int) -> No
             raise TimeoutError(f"{n - answered} request(s) unanswered after {RUN_TIMEOUT_S:.0f}s")
 
 
-async def in_process_runs(log_dir: str, partitions: int, frame: bytes, requests: int, runs: int) -> list[float]:
-    """Microseconds of this process's CPU per request, one figure a run, answering ``frame``
-    through the dispatcher of a broker in this process (its built-in plugins only, as
-    the benchmarks run ``brokkr serve``), after 2000 untimed requests."""
+async def in_process_runs(log_dir: str, partitions: int, frames: list[bytes], requests: int, runs: int) -> list[float]:
+    """Microseconds of this process's CPU per request, one figure a run, answering
+    ``frames`` in turn through the dispatcher of a broker in this process (its built-in
+    plugins only, as the benchmarks run ``brokkr serve``; a topic of ``partitions``),
+    after 2000 untimed requests."""
     broker = Broker({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": log_dir}, entry_points=False)
     await broker.start()
     try:
         broker.create_topic("raw", partitions)
         conn = ConnectionInfo("raw-1", "PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0)
-        body = memoryview(frame)[4:]  # the size prefix is the channel's
-        for _ in range(2000):
-            await handle_frame_with_throttle(broker, conn, ANONYMOUS, body)
+        bodies = [memoryview(frame)[4:] for frame in frames]  # the size prefix is the channel's
+        for i in range(max(2000, len(bodies))):
+            await handle_frame_with_throttle(broker, conn, ANONYMOUS, bodies[i % len(bodies)])
         figures = []
         for _ in range(runs):
             start = time.process_time()
-            for _ in range(requests):
-                response, _ = await handle_frame_with_throttle(broker, conn, ANONYMOUS, body)
+            for i in range(requests):
+                response, _ = await handle_frame_with_throttle(broker, conn, ANONYMOUS, bodies[i % len(bodies)])
             figures.append((time.process_time() - start) / requests * 1e6)
         _, answer = decode_response(PRODUCE, PRODUCE_VERSION, memoryview(response)[4:])
         failed = [p for t in answer.responses for p in t.partition_responses if p.error_code]
@@ -115,20 +119,34 @@ def main() -> None:
     parser.add_argument(
         "--in-process", action="store_true", help="no sockets: this process's CPU per request through the dispatcher"
     )
+    parser.add_argument(
+        "--spread",
+        type=int,
+        default=0,
+        help="with --in-process: requests take turns over this many partitions, each to its own (as librdkafka "
+        "sends a topic of many partitions)",
+    )
     args = parser.parse_args()
+    if args.spread and (not args.in_process or args.partitions != 1):
+        parser.error("--spread needs --in-process, and one partition a request")
     batch = build_batch([(b"key-%d" % i, b"x" * 100) for i in range(args.records)], timestamp=int(time.time() * 1000))
-    frame = produce_frame("raw", batch, partitions=args.partitions)
-    described = f"{len(frame):,} B requests of {args.records} records to each of {args.partitions} partition(s)"
+    if args.spread:
+        frames = [produce_frame("raw", batch, first=i) for i in range(args.spread)]
+        described = f"{len(frames[0]):,} B requests of {args.records} records, in turn to {args.spread} partitions"
+    else:
+        frames = [produce_frame("raw", batch, partitions=args.partitions)]
+        described = f"{len(frames[0]):,} B requests of {args.records} records to each of {args.partitions} partition(s)"
     if args.log_dirs:
-        run(args, frame, described, args.log_dirs)
+        run(args, frames, described, args.log_dirs)
     else:
         with tempfile.TemporaryDirectory(prefix="brokkr-raw-") as log_dir:  # megabytes a run: not left behind
-            run(args, frame, described, log_dir)
+            run(args, frames, described, log_dir)
 
 
-def run(args, frame: bytes, described: str, log_dir: str) -> None:
+def run(args, frames: list[bytes], described: str, log_dir: str) -> None:
     if args.in_process:
-        runs = asyncio.run(in_process_runs(log_dir, args.partitions, frame, args.requests, args.runs))
+        topic_partitions = args.spread or args.partitions
+        runs = asyncio.run(in_process_runs(log_dir, topic_partitions, frames, args.requests, args.runs))
         median = statistics.median(runs)
         print(f"in process, us a request: {', '.join(f'{r:.1f}' for r in runs)}")
         print(f"{described}: median {median:.1f} us a request, {median / args.partitions:.1f} us a partition")
@@ -141,7 +159,7 @@ def run(args, frame: bytes, described: str, log_dir: str) -> None:
         per_request = []
         for run in range(args.runs):
             warmup = 2000 if run == 0 else 0  # untimed, before the first run's clock starts
-            elapsed, cpu = timed_run(bootstrap, proc.pid, frame, warmup, args.requests, args.in_flight)
+            elapsed, cpu = timed_run(bootstrap, proc.pid, frames[0], warmup, args.requests, args.in_flight)
             per_request.append(cpu / 100 * elapsed / args.requests * 1e6)
             print(
                 f"{args.requests / elapsed:,.0f} requests/s, broker CPU {cpu:.0f}%: {per_request[-1]:.1f} us a request"
