@@ -157,8 +157,8 @@ def run(args, frames: list[bytes], described: str, log_dir: str) -> None:
         bootstrap = f"127.0.0.1:{port}"
         create_topic(bootstrap, "raw", partitions=args.partitions)
         per_request = []
-        for run in range(args.runs):
-            warmup = 2000 if run == 0 else 0  # untimed, before the first run's clock starts
+        for round_ in range(args.runs):
+            warmup = 2000 if round_ == 0 else 0  # untimed, before the first run's clock starts
             elapsed, cpu = timed_run(bootstrap, proc.pid, frames[0], warmup, args.requests, args.in_flight)
             per_request.append(cpu / 100 * elapsed / args.requests * 1e6)
             print(

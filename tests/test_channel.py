@@ -138,8 +138,9 @@ class _Transport:
 
 
 def _corking_channel(pipelined: bool = True) -> tuple[Channel, _Transport]:
-    """A channel whose read buffer holds a whole request it has not taken yet (the client
-    pipelined it), unless not ``pipelined``: what it is asked to send is held."""
+    """A channel whose read buffer holds a whole request it has not taken yet, as when the
+    client pipelined it, so that what it is asked to send is held; with ``pipelined``
+    False, one with nothing buffered."""
     channel, transport = Channel(), _Transport()
     channel.connection_made(transport)
     if pipelined:
