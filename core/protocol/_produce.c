@@ -201,8 +201,8 @@ append_new(PyObject *list, PyObject *cls, PyObject *a, PyObject *b, PyObject *kw
     return appended;
 }
 
-/* The topics of a request whose fixed part ends at *pos; NULL with no error set when the
- * bytes are not what the common shape allows. */
+/* The topics of a request whose fixed part ends at *pos; NULL with an error set on failure,
+ * without one when the bytes are not what the common shape allows. */
 static PyObject *
 read_topics(PyObject *buf_obj, const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_t end, Py_ssize_t n_topics,
             PyObject *topic_cls, PyObject *partition_cls)
@@ -213,75 +213,65 @@ read_topics(PyObject *buf_obj, const unsigned char *buf, Py_ssize_t *pos_io, Py_
         return NULL;
     for (Py_ssize_t t = 0; t < n_topics - 1; t++) {
         if (pos >= end || buf[pos] == 0 || buf[pos] >= 0x80)
-            goto none;
+            goto drop;
         Py_ssize_t n = buf[pos];
         if (pos + n > end)
-            goto none;
+            goto drop;
         PyObject *name = utf8(buf + pos + 1, n - 1);
         if (name == NULL)
-            goto fail_or_none;
+            goto drop;
         pos += n;
         if (pos >= end || buf[pos] == 0 || buf[pos] >= 0x80) {
             Py_DECREF(name);
-            goto none;
+            goto drop;
         }
         Py_ssize_t n_partitions = buf[pos++];
         PyObject *partitions = PyList_New(0);
         if (partitions == NULL) {
             Py_DECREF(name);
-            goto fail;
+            goto drop;
         }
         for (Py_ssize_t i = 0; i < n_partitions - 1; i++) {
             int64_t size;
             if (pos + 4 > end)
-                goto partition_none;
+                goto drop_topic;
             PyObject *index = PyLong_FromLong(be32(buf + pos));
             if (index == NULL)
-                goto partition_fail;
+                goto drop_topic;
             pos += 4;
             if (!uvarint5(buf, &pos, end, &size) || size == 0 || pos + size - 1 >= end || buf[pos + size - 1] != 0) {
                 Py_DECREF(index);
-                goto partition_none; /* null records, or tagged fields after them */
+                goto drop_topic; /* null records, or tagged fields after them */
             }
             PyObject *records = PySequence_GetSlice(buf_obj, pos, pos + (Py_ssize_t)size - 1);
             if (records == NULL) {
                 Py_DECREF(index);
-                goto partition_fail;
+                goto drop_topic;
             }
             pos += (Py_ssize_t)size;
             int appended = append_new(partitions, partition_cls, index, records, partition_kwnames);
             Py_DECREF(index);
             Py_DECREF(records);
             if (appended < 0)
-                goto partition_fail;
+                goto drop_topic;
         }
         if (pos >= end || buf[pos] != 0) /* the topic's tagged fields: none */
-            goto partition_none;
+            goto drop_topic;
         pos++;
         int appended = append_new(topics, topic_cls, name, partitions, topic_kwnames);
         Py_DECREF(name);
         Py_DECREF(partitions);
         if (appended < 0)
-            goto fail;
+            goto drop;
         continue;
-    partition_none:
+    drop_topic:
         Py_DECREF(name);
         Py_DECREF(partitions);
-        goto none;
-    partition_fail:
-        Py_DECREF(name);
-        Py_DECREF(partitions);
-        goto fail;
+        goto drop;
     }
     *pos_io = pos;
     return topics;
-fail_or_none:
-    if (PyErr_Occurred())
-        goto fail;
-none:
-    Py_DECREF(topics);
-    return NULL;
-fail:
+drop: /* the caller tells failure from "not the common shape" by PyErr_Occurred */
     Py_DECREF(topics);
     return NULL;
 }
