@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import struct
+import threading
 import uuid
 from pathlib import Path
 
@@ -259,6 +260,25 @@ def test_producer_snapshots_above_the_recovered_log_end_are_deleted(harness):
     assert plog.log_end_offset == 27
     assert [p.name for p in sorted(d.glob("*.snapshot"))] == [f"{27:020d}.snapshot"]
     assert plog.latest_producer_snapshot() == (27, b"state at 27")
+
+
+def test_a_truncation_keeps_the_snapshots_still_queued_at_or_below_it(harness):
+    """A truncation drops the snapshots above its offset, also those its flusher has not
+    written yet, and only those: one queued at or below it is still written (CI once saw
+    the snapshot at 4 lost when the flusher was behind)."""
+    plog = harness.log()
+    release = threading.Event()
+    harness.storage.flusher.submit(release.wait, 10)  # the flusher is behind: nothing queued after is written yet
+    for end in (2, 4, 6):
+        append(plog, records=2)
+        plog.write_producer_snapshot(end, b"at %d" % end)
+    plog.truncate_to(4)
+    assert plog.latest_producer_snapshot() == (4, b"at 4")
+    release.set()
+    drain(harness)
+    d = harness.directory / "t-0"
+    assert [p.name for p in sorted(d.glob("*.snapshot"))] == [f"{2:020d}.snapshot", f"{4:020d}.snapshot"]
+    assert plog.latest_producer_snapshot() == (4, b"at 4")
 
 
 def test_partition_directories_written_by_kafka_are_adopted(harness):

@@ -507,15 +507,17 @@ class SegmentLog:
 
     def _write_snapshot(self, offset: int, data: bytes, generation: int) -> None:
         """On the flusher: the temporary file is written and fsynced, renamed into place
-        (unless a truncation or deletion came in between), the directory fsynced, and
-        only then are the snapshots beyond the two newest removed."""
+        (unless it was dropped meanwhile: by a truncation below its offset, the log's
+        deletion, or a newer snapshot at the same offset), the directory fsynced, and only
+        then, unless a truncation or deletion came in between, are the snapshots beyond
+        the two newest removed."""
         path = self._snapshot_path(offset)
         tmp = path.with_name(path.name + ".tmp")
         try:
-            if generation == self._generation:
+            if self._pending_snapshots.get(offset) is data:
                 files.write_synced(tmp, data)
             with self._lock:
-                if generation != self._generation:
+                if self._pending_snapshots.get(offset) is not data:
                     tmp.unlink(missing_ok=True)
                     return
                 os.replace(tmp, path)
