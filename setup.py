@@ -1,8 +1,9 @@
 """The C parts of brokkr, built when a C compiler and Python's headers are there: the record
-walk (core/protocol/_recordscan.c) and the hot parts of a Produce request
-(core/protocol/_produce.c). Both are optional: without them brokkr runs the same code in
-Python (brokkr.core.protocol.records, brokkr.core.validation), slower. Everything else is in
-pyproject.toml."""
+walk (core/protocol/_recordscan.c), the hot parts of a Produce request
+(core/protocol/_produce.c) and the segment storage's durable small writes
+(plugins/storage/segment/_files.c). All are optional: without them brokkr runs the same code
+in Python (brokkr.core.protocol.records, brokkr.core.validation,
+brokkr.plugins.storage.segment.files), slower. Everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -17,6 +18,12 @@ setup(
         Extension(
             "brokkr.core.protocol._produce",
             ["core/protocol/_produce.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "brokkr.plugins.storage.segment._files",
+            ["plugins/storage/segment/_files.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -47,7 +47,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
 from pathlib import Path
 
 from brokkr.core.config import LONG_MAX, TopicConfig
@@ -56,6 +56,7 @@ from brokkr.core.log import AppendInfo, OffsetOutOfRange, SegmentInfo, Timestamp
 from brokkr.core.txn_index import AbortedTxn, search
 
 from . import cleaner, files
+from .flusher import Flusher
 from .segment import LogSegment
 
 log = logging.getLogger("brokkr.storage")
@@ -86,7 +87,7 @@ class SegmentLog:
         topic_id: uuid.UUID,
         config: TopicConfig,
         codecs: dict,
-        flusher: Executor,
+        flusher: Flusher,
         recovery_point: int = 0,
         log_start_offset: int = 0,
         clean: bool = False,
@@ -151,12 +152,12 @@ class SegmentLog:
 
     def _write_epochs(self) -> None:
         """Queue a write of the leader-epoch-checkpoint as it is now (the flusher writes
-        them in order, so the last one queued is the one left)."""
-        self._background(self._write_epochs_now, list(self._epochs), self._generation)
-
-    def _write_epochs_now(self, epochs: list[tuple[int, int]], generation: int) -> None:
-        if generation == self._generation:  # a deleted log's directory is gone
-            files.write_leader_epochs(self._epochs_path, epochs)
+        them in order, so the last one queued is the one left), with the other small files
+        queued alongside (see :mod:`.flusher`)."""
+        generation = self._generation
+        data = files.leader_epochs_bytes(self._epochs_path, self._epochs)
+        # A truncation rewrites the file itself; a deleted log's directory is gone.
+        self._flusher.replace_file(self._epochs_path, data, lambda: generation == self._generation)
 
     def _recover_epochs(self) -> None:
         """Kafka's ``LogSegment.recover`` assigns the epoch of each recovered batch: the

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 from brokkr.core.config import BrokerConfig, TopicConfig
@@ -32,6 +32,7 @@ from brokkr.core.partition import CLUSTER_METADATA_TOPIC
 
 from . import files, kraft
 from .cleaner import LogCleaner
+from .flusher import Flusher
 from .partition_log import SegmentLog
 
 log = logging.getLogger("brokkr.storage")
@@ -47,7 +48,7 @@ class SegmentStorage:
         self.config = config
         self.dirs = [Path(d).absolute() for d in config["log.dirs"]]
         self.cluster_id = cluster_id
-        self.flusher = ThreadPoolExecutor(1, thread_name_prefix="brokkr-flush")
+        self.flusher = Flusher()
         self.clean: dict[Path, bool] = {}
         self.recovery_points: dict[Path, dict[tuple[str, int], int]] = {}
         self.start_offsets: dict[Path, dict[tuple[str, int], int]] = {}
