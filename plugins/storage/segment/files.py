@@ -116,9 +116,10 @@ def replace_files(items: list[tuple[Path, bytes]]) -> list[OSError | None]:
         return _files.write_atomically([(fspath(_tmp(p)), fspath(p), fspath(p.parent), data) for p, data in items])
     errors: list[OSError | None] = []
     for path, data in items:
+        tmp = _tmp(path)
         try:
-            write_synced(_tmp(path), data)
-            os.replace(_tmp(path), path)
+            write_synced(tmp, data)
+            os.replace(tmp, path)
             fsync_path(path.parent)
         except OSError as exc:
             errors.append(exc)

@@ -156,7 +156,7 @@ class SegmentLog:
         queued alongside (see :mod:`.flusher`)."""
         generation = self._generation
         data = files.leader_epochs_bytes(self._epochs_path, self._epochs)
-        # A truncation rewrites the file itself; a deleted log's directory is gone.
+        # Void once a truncation (which queues its own entries) or the log's deletion came between.
         self._flusher.replace_file(self._epochs_path, data, lambda: generation == self._generation)
 
     def _recover_epochs(self) -> None:
