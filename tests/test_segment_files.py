@@ -173,3 +173,17 @@ def test_an_unwanted_replacement_is_skipped_and_a_failed_one_logged(tmp_path, fl
     flusher.submit(lambda: None).result(timeout=10)
     assert sorted(os.listdir(tmp_path)) == ["written"]
     assert any("missing" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+
+
+def test_a_replacement_after_shutdown_is_refused_as_other_work_is(tmp_path):
+    flusher = Flusher()
+    gate = threading.Event()
+    flusher.submit(gate.wait, 10)
+    flusher.replace_file(tmp_path / "queued", b"x", lambda: True)
+    gate.set()
+    flusher.shutdown(wait=True)
+    assert (tmp_path / "queued").read_bytes() == b"x", "what was queued before the shutdown is done"
+    with pytest.raises(RuntimeError):
+        flusher.replace_file(tmp_path / "late", b"x", lambda: True)
+    with pytest.raises(RuntimeError):
+        flusher.submit(lambda: None)

@@ -38,6 +38,11 @@ class Flusher(ThreadPoolExecutor):
             self._open_batch = None  # replacements queued after this run after it
             return super().submit(fn, *args, **kwargs)
 
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._batch_lock:
+            self._open_batch = None  # what is queued from now on is refused, as submit refuses it
+        super().shutdown(wait=wait, cancel_futures=cancel_futures)
+
     def replace_file(self, path: Path, data: bytes, wanted: Callable[[], bool]) -> None:
         """Queue :func:`.files.write_atomically` of ``data`` to ``path``, unless
         ``wanted()`` (asked on the flusher) says otherwise by then. The last data queued
