@@ -309,6 +309,33 @@ def test_a_log_directory_of_another_node_is_refused(harness, tmp_path):
         harness.open()
 
 
+def test_partition_metadata_is_written_on_the_flusher_and_again_after_a_crash_before_it(harness):
+    """A new partition's partition.metadata is queued on the flusher (with the other
+    partitions', one job); a crash before it is written leaves the directory without one,
+    and the next open writes it, with the catalog's topic id."""
+    harness.open()
+    flusher = harness.storage.flusher
+    gate = threading.Event()
+    flusher.submit(gate.wait, 10)  # the flusher is behind
+    plogs = [harness.log("many", p) for p in (29, *range(29))]
+    for plog in plogs:
+        append(plog)  # the log works before its file is written
+    dirs = [harness.directory / f"many-{p}" for p in range(30)]
+    assert not any((d / "partition.metadata").exists() for d in dirs)
+    flusher.shutdown(wait=False, cancel_futures=True)  # the queue dies with the process
+    gate.set()
+    flusher.shutdown(wait=True)
+    harness.storage, harness.logs = None, []
+    assert not any((d / "partition.metadata").exists() for d in dirs)
+    assert not any(p.name.endswith(".tmp") for d in dirs for p in d.iterdir())
+    [stored] = harness.open().load_topics()
+    for p in range(30):
+        harness.log("many", p)
+    drain(harness)
+    expected = f"version: 0\ntopic_id: {files.kafka_uuid(stored.topic_id)}\n"
+    assert [(d / "partition.metadata").read_text() for d in dirs] == [expected] * 30
+
+
 def test_a_partition_directory_of_another_topic_id_is_refused(harness):
     plog = harness.log()
     append(plog)

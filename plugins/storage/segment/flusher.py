@@ -2,12 +2,12 @@
 order it was queued (fsyncs, producer snapshots, checkpoint files, deletions), so that none
 of it waits on the event loop.
 
-Small files replaced one after another share one job. A topic's partitions each write
-their leader-epoch-checkpoint at their first append (or as they become leaders): a job
-each would take the GIL from the event loop's thread twice a file, and while a thread
-waits for the GIL, every system call of the event loop's thread wakes it. Batched, the
-flusher writes them all in one call that lets go of the GIL once
-(:func:`.files.replace_files`).
+Small files replaced one after another share one job. A new topic's partitions each
+write their ``partition.metadata`` as they are created, and their
+``leader-epoch-checkpoint`` at their first append (or as they become leaders): a job each
+would take the GIL from the event loop's thread twice a file, and while a thread waits
+for the GIL, every system call of the event loop's thread wakes it. Batched, the flusher
+writes them all in one call that lets go of the GIL once (:func:`.files.replace_files`).
 """
 
 from __future__ import annotations
@@ -58,9 +58,10 @@ class Flusher(ThreadPoolExecutor):
         with self._batch_lock:
             if self._open_batch is batch:
                 self._open_batch = None  # started: what is queued from now on comes after
-        items = [(path, data) for path, (data, wanted) in batch.items() if wanted()]
-        for (path, _), error in zip(items, files.replace_files(items)):
-            if error is not None:
+        items = [(path, data, wanted) for path, (data, wanted) in batch.items() if wanted()]
+        errors = files.replace_files([(path, data) for path, data, _ in items])
+        for (path, _, wanted), error in zip(items, errors):
+            if error is not None and wanted():  # else its log was deleted meanwhile
                 log.error("writing %s failed: %s", path, error)
 
 

@@ -108,12 +108,15 @@ class SegmentLog:
         directory.mkdir(parents=True, exist_ok=True)
         metadata = directory / files.PARTITION_METADATA
         stored_id = files.read_partition_metadata(metadata)
-        if stored_id is None:
-            files.write_partition_metadata(metadata, topic_id)
-        elif stored_id != topic_id:
+        if stored_id is not None and stored_id != topic_id:
             raise InconsistentTopicId(f"{directory} belongs to topic id {stored_id}, not {topic_id}")
         cleaner.complete_swaps(directory)
         self._remove_leftovers()
+        if stored_id is None:  # queued once the leftovers (a .tmp among them) are gone
+            # On the flusher, with the other partitions' (see flusher.py): written here, its
+            # two fsyncs were most of the time a topic's creation held the event loop.
+            data = files.partition_metadata_bytes(topic_id)
+            flusher.replace_file(metadata, data, lambda: not self.deleted)
         self._segments = self._load_segments(recovery_point, log_start_offset, clean)
         self._bases: list[int] | None = None  # the segments' base offsets, kept between reads
         self._segments[-1].make_active()
