@@ -569,13 +569,13 @@ class SegmentLog:
         with self._lock:
             self._generation += 1  # queued snapshot and epoch writes are dropped
             self._pending_snapshots.clear()
+            self.deleted = True  # before the rename: a queued partition.metadata is dropped
         for seg in self._segments:
             seg.close()
         topic, partition = files.parse_partition_dir(self.dir.name)
         doomed = self.dir.with_name(files.delete_dir_name(topic, partition))
         os.replace(self.dir, doomed)
         self._background(shutil.rmtree, doomed)  # after the queued work, which writes no more there
-        self.deleted = True
 
 
 def _unlink_all(paths: list[Path]) -> None:
