@@ -7,25 +7,11 @@ brokkr.plugins.storage.segment.files), slower. Everything else is in pyproject.t
 
 from setuptools import Extension, setup
 
-setup(
-    ext_modules=[
-        Extension(
-            "brokkr.core.protocol._recordscan",
-            ["core/protocol/_recordscan.c"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        ),
-        Extension(
-            "brokkr.core.protocol._produce",
-            ["core/protocol/_produce.c"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        ),
-        Extension(
-            "brokkr.plugins.storage.segment._files",
-            ["plugins/storage/segment/_files.c"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        ),
-    ]
-)
+#: (module, source) of each optional C module.
+C_MODULES = [
+    ("brokkr.core.protocol._recordscan", "core/protocol/_recordscan.c"),
+    ("brokkr.core.protocol._produce", "core/protocol/_produce.c"),
+    ("brokkr.plugins.storage.segment._files", "plugins/storage/segment/_files.c"),
+]
+
+setup(ext_modules=[Extension(name, [source], extra_compile_args=["-O2"], optional=True) for name, source in C_MODULES])

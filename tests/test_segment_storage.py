@@ -340,7 +340,9 @@ def test_a_partition_directory_of_another_topic_id_is_refused(harness):
     plog = harness.log()
     append(plog)
     harness.close()
-    files.write_partition_metadata(harness.directory / "t-0" / "partition.metadata", uuid.uuid4())
+    files.write_atomically(
+        harness.directory / "t-0" / "partition.metadata", files.partition_metadata_bytes(uuid.uuid4())
+    )
     with pytest.raises(Exception, match="belongs to topic id"):
         harness.log()
 

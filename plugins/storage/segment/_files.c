@@ -42,13 +42,26 @@ fail(failure *f, PyObject *filename, PyObject *filename2)
     f->filename2 = filename2;
 }
 
+/* The OSError `f` describes, as OSError(errno, strerror, filename[, None, filename2])
+ * makes it (the subclass for its errno), or NULL with an exception set. */
+static PyObject *
+failure_error(const failure *f)
+{
+    if (f->filename2 != NULL)
+        return PyObject_CallFunction(PyExc_OSError, "isOOO", f->error, strerror(f->error), f->filename, Py_None,
+                                     f->filename2);
+    return PyObject_CallFunction(PyExc_OSError, "isO", f->error, strerror(f->error), f->filename);
+}
+
 static PyObject *
 raise_failure(const failure *f)
 {
-    errno = f->error;
-    if (f->filename2 != NULL)
-        return PyErr_SetFromErrnoWithFilenameObjects(PyExc_OSError, f->filename, f->filename2);
-    return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, f->filename);
+    PyObject *error = failure_error(f);
+    if (error != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+        Py_DECREF(error);
+    }
+    return NULL;
 }
 
 /* Write `data` as the whole of `file` and fsync it; 0, or -1 with `f` set. No GIL. */
@@ -163,17 +176,6 @@ release_replacements(replacement *r, Py_ssize_t n)
             PyBuffer_Release(&r[i].data);
     }
     PyMem_Free(r);
-}
-
-/* The OSError `f` describes, as OSError(errno, strerror, filename[, None, filename2])
- * makes it (the subclass for its errno), or NULL with an exception set. */
-static PyObject *
-failure_error(const failure *f)
-{
-    if (f->filename2 != NULL)
-        return PyObject_CallFunction(PyExc_OSError, "isOOO", f->error, strerror(f->error), f->filename, Py_None,
-                                     f->filename2);
-    return PyObject_CallFunction(PyExc_OSError, "isO", f->error, strerror(f->error), f->filename);
 }
 
 static PyObject *

@@ -247,10 +247,6 @@ def read_partition_metadata(path: Path) -> uuid.UUID | None:
     return parse_kafka_uuid(fields["topic_id"])
 
 
-def write_partition_metadata(path: Path, topic_id: uuid.UUID) -> None:
-    write_atomically(path, partition_metadata_bytes(topic_id))
-
-
 def partition_metadata_bytes(topic_id: uuid.UUID) -> bytes:
     return f"version: 0\ntopic_id: {kafka_uuid(topic_id)}\n".encode()
 
