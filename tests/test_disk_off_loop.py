@@ -15,6 +15,7 @@ from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import build_batch, patch_batch
 from brokkr.core.storage_contract import Harness, StorageContract
 from brokkr.core.testing import RawClient
+from segment_crash import crash, hold
 from wire import API_VERSIONS, PRODUCE, batch, produce_body
 
 SLOW_FSYNC = 0.2
@@ -150,20 +151,12 @@ def idempotent_append(plog, seq: int, n: int = 5, producer_id: int = 7):
     return plog.append(data, first, first + n - 1, 1_000, n)
 
 
-def kill(harness: Harness) -> None:
-    """Forget the storage as a killed process would: the disk work still queued on its
-    flusher never happens."""
-    harness.storage.flusher.shutdown(wait=True, cancel_futures=True)
-    harness.storage, harness.logs = None, []
-
-
 def test_a_crash_before_the_rolls_fsyncs_and_snapshots_ran_loses_nothing(harness):
     """The flusher is held up, segments roll (their fsyncs and producer snapshots queue),
     then the process dies with the queue. The reopened log has every record, its
     recovery point never moved past unsynced data, and the producer state is replayed."""
     plog = harness.log(**{"segment.bytes": 1000})
-    gate = threading.Event()
-    harness.storage.flusher.submit(gate.wait)
+    release = hold(harness)
     for seq in range(0, 40, 5):
         if idempotent_append(plog, seq).rolled is not None:
             plog.write_producer_snapshot(plog.log_end_offset, encode_snapshot(rebuild("t-0", plog).producers))
@@ -171,11 +164,7 @@ def test_a_crash_before_the_rolls_fsyncs_and_snapshots_ran_loses_nothing(harness
     assert plog.recovery_point == 0, "no fsync has run: the recovery point stays"
     assert plog.latest_producer_snapshot()[0] > 0, "a queued snapshot is served from memory"
     end = plog.log_end_offset
-    flusher = harness.storage.flusher
-    harness.storage, harness.logs = None, []
-    flusher.shutdown(wait=False, cancel_futures=True)  # the queue dies with the process
-    gate.set()
-    flusher.shutdown(wait=True)
+    crash(harness, release)  # the queue dies with the process
 
     reopened = harness.log()
     assert not list((harness.directory / "t-0").glob("*.snapshot")), "no snapshot was written"
@@ -193,7 +182,7 @@ def test_a_torn_newest_snapshot_falls_back_to_replaying_the_log(harness, caplog)
     snapshots = sorted((harness.directory / "t-0").glob("*.snapshot"))
     assert len(snapshots) == 2, "the two newest are kept"
     snapshots[-1].write_bytes(snapshots[-1].read_bytes()[:-3])
-    kill(harness)
+    crash(harness)
 
     reopened = harness.log()
     state = rebuild("t-0", reopened, reopened)
@@ -224,18 +213,13 @@ def test_a_truncation_voids_a_queued_snapshot_above_it(harness):
 
 def test_a_lost_epoch_checkpoint_write_is_rederived_from_the_recovered_batches(harness):
     plog = harness.log()
-    gate = threading.Event()
-    harness.storage.flusher.submit(gate.wait)
+    release = hold(harness)
     for epoch, first in ((0, 0), (3, 1), (5, 2)):
         data = bytearray(build_batch([(b"k", b"v")], timestamp=1_000))
         patch_batch(data, 0, first, epoch)
         plog.append(data, first, first, 1_000, 1)
     assert plog.leader_epochs() == [(0, 0), (3, 1), (5, 2)]
-    flusher = harness.storage.flusher
-    harness.storage, harness.logs = None, []
-    flusher.shutdown(wait=False, cancel_futures=True)
-    gate.set()
-    flusher.shutdown(wait=True)
+    crash(harness, release)
     assert not (harness.directory / "t-0" / "leader-epoch-checkpoint").exists()
 
     assert harness.log().leader_epochs() == [(0, 0), (3, 1), (5, 2)]

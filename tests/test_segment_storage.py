@@ -15,6 +15,7 @@ from brokkr.core.errors import ConfigError
 from brokkr.core.protocol.records import read_all_records
 from brokkr.core.storage_contract import MIB, Harness, StorageContract, append, offsets_in
 from brokkr.plugins.storage.segment import files
+from segment_crash import crash, hold
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kafka-logs"
 
@@ -28,13 +29,6 @@ def harness(tmp_path):
     h = Harness(_Segment(), tmp_path / "logs")
     yield h
     h.close()
-
-
-def crash(harness: Harness) -> None:
-    """Forget the open storage without closing anything, as a killed process would: the
-    disk work still queued on its flusher never happens (the one running finishes)."""
-    harness.storage.flusher.shutdown(wait=True, cancel_futures=True)
-    harness.storage, harness.logs = None, []
 
 
 def drain(harness: Harness) -> None:
@@ -314,18 +308,13 @@ def test_partition_metadata_is_written_on_the_flusher_and_again_after_a_crash_be
     partitions', one job); a crash before it is written leaves the directory without one,
     and the next open writes it, with the catalog's topic id."""
     harness.open()
-    flusher = harness.storage.flusher
-    gate = threading.Event()
-    flusher.submit(gate.wait, 10)  # the flusher is behind
+    release = hold(harness)  # the flusher is behind
     plogs = [harness.log("many", p) for p in (29, *range(29))]
     for plog in plogs:
         append(plog)  # the log works before its file is written
     dirs = [harness.directory / f"many-{p}" for p in range(30)]
     assert not any((d / "partition.metadata").exists() for d in dirs)
-    flusher.shutdown(wait=False, cancel_futures=True)  # the queue dies with the process
-    gate.set()
-    flusher.shutdown(wait=True)
-    harness.storage, harness.logs = None, []
+    crash(harness, release)  # the queue dies with the process
     assert not any((d / "partition.metadata").exists() for d in dirs)
     assert not any(p.name.endswith(".tmp") for d in dirs for p in d.iterdir())
     [stored] = harness.open().load_topics()
