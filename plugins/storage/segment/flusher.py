@@ -51,7 +51,9 @@ class Flusher(ThreadPoolExecutor):
             batch = self._open_batch
             if batch is None:
                 batch = self._open_batch = {}
-                super().submit(self._replace, batch).add_done_callback(_log_failure)
+                super().submit(self._replace, batch).add_done_callback(
+                    lambda future: log_failure(future, "replacing files on the flusher")
+                )
             batch[path] = (data, wanted)
 
     def _replace(self, batch: dict[Path, tuple[bytes, Callable[[], bool]]]) -> None:
@@ -65,7 +67,9 @@ class Flusher(ThreadPoolExecutor):
                 log.error("writing %s failed: %s", path, error)
 
 
-def _log_failure(future: Future) -> None:
+def log_failure(future: Future, what: str) -> None:
+    """Log the exception of a flusher job that raised one (one cancelled by a shutdown
+    did not)."""
     exc = None if future.cancelled() else future.exception()
     if exc is not None:
-        log.error("replacing files on the flusher failed: %s", exc, exc_info=exc)
+        log.error("%s failed: %s", what, exc, exc_info=exc)

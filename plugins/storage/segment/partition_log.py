@@ -56,7 +56,7 @@ from brokkr.core.log import AppendInfo, OffsetOutOfRange, SegmentInfo, Timestamp
 from brokkr.core.txn_index import AbortedTxn, search
 
 from . import cleaner, files
-from .flusher import Flusher
+from .flusher import Flusher, log_failure
 from .segment import LogSegment
 
 log = logging.getLogger("brokkr.storage")
@@ -316,9 +316,7 @@ class SegmentLog:
         return future
 
     def _log_failure(self, future: Future) -> None:
-        exc = future.exception()
-        if exc is not None:
-            log.error("%s: background disk work failed: %s", self.dir.name, exc, exc_info=exc)
+        log_failure(future, f"{self.dir.name}: background disk work")
 
     def flush(self) -> None:
         """fsync every segment holding offsets past the recovery point, now (at close:
