@@ -68,11 +68,11 @@ class RecordRules:
             return False
         if self.log_append_time or not header.record_count:
             return True
-        return self._within_bounds(header, scan.timestamp_deltas)
+        return self._within_bounds(header, scan)
 
-    def _within_bounds(self, header: BatchHeader, deltas) -> bool:
+    def _within_bounds(self, header: BatchHeader, scan: RecordScan) -> bool:
         """Whether the records' timestamps (CreateTime) lie within before/after.max.ms of now."""
-        low, high = header.base_timestamp + min(deltas), header.base_timestamp + max(deltas)
+        low, high = header.base_timestamp + scan.min_timestamp_delta, header.base_timestamp + scan.max_timestamp_delta
         return self.now - low <= self.before_max_ms and high - self.now <= self.after_max_ms
 
     def max_timestamp(self, header: BatchHeader, scan: RecordScan) -> int:
@@ -81,7 +81,7 @@ class RecordRules:
             return self.now
         if header.log_append_time:  # every record reads the header's max timestamp
             return header.max_timestamp
-        return max(NO_TIMESTAMP, header.base_timestamp + max(scan.timestamp_deltas))
+        return max(NO_TIMESTAMP, header.base_timestamp + scan.max_timestamp_delta)
 
     def errors(
         self, header: BatchHeader, scan: RecordScan, payload: bytes | memoryview
@@ -108,7 +108,7 @@ class RecordRules:
         if header.log_append_time:  # every record of the batch reads the header's max timestamp
             timestamps = [header.max_timestamp] * header.record_count
         else:
-            if self._within_bounds(header, scan.timestamp_deltas):
+            if self._within_bounds(header, scan):
                 return {}
             timestamps = [header.base_timestamp + delta for delta in scan.timestamp_deltas]
         return {

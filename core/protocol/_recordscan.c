@@ -41,15 +41,21 @@ read_varint(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end, int max_b
 #define VARINT(pos, end, out) read_varint(buf, (pos), (end), 5, (out))
 #define VARLONG(pos, end, out) read_varint(buf, (pos), (end), 10, (out))
 
+typedef struct {
+    Py_ssize_t keyless_count;
+    int sequential;
+    int64_t min_timestamp, max_timestamp; /* of the deltas; 0 for no records */
+} summary;
+
 /* The walk itself, on plain memory: 1 when every record is well formed and they fill the
  * section exactly, else 0. */
 static int
 walk(const unsigned char *buf, Py_ssize_t end, Py_ssize_t count, int64_t *timestamps, int64_t *offsets,
-     int64_t *keyless, Py_ssize_t *keyless_count, int *sequential)
+     int64_t *keyless, summary *out)
 {
     Py_ssize_t pos = 0, nkeyless = 0;
     int seq = 1;
-    int64_t length, n;
+    int64_t length, n, low = INT64_MAX, high = INT64_MIN;
     for (Py_ssize_t index = 0; index < count; index++) {
         if (!VARINT(&pos, end, &length) || length < 1 || length > end - pos)
             return 0;
@@ -59,6 +65,10 @@ walk(const unsigned char *buf, Py_ssize_t end, Py_ssize_t count, int64_t *timest
             return 0;
         if (offsets[index] != index)
             seq = 0;
+        if (timestamps[index] < low)
+            low = timestamps[index];
+        if (timestamps[index] > high)
+            high = timestamps[index];
         for (int field = 0; field < 2; field++) { /* key, value */
             if (!VARINT(&pos, stop, &n))
                 return 0;
@@ -88,8 +98,10 @@ walk(const unsigned char *buf, Py_ssize_t end, Py_ssize_t count, int64_t *timest
     }
     if (pos != end)
         return 0;
-    *keyless_count = nkeyless;
-    *sequential = seq;
+    out->keyless_count = nkeyless;
+    out->sequential = seq;
+    out->min_timestamp = count ? low : 0;
+    out->max_timestamp = count ? high : 0;
     return 1;
 }
 
@@ -112,7 +124,8 @@ PyDoc_STRVAR(scan_doc,
 "Walk ``count`` records of a decompressed records section, writing each record's\n"
 "timestamp and offset deltas and the indexes of the keyless records into the three\n"
 "int64 buffers (each of at least ``count`` items). Returns (keyless count, whether the\n"
-"offset deltas are 0..count-1), or None when the section is not one this walk accepts\n"
+"offset deltas are 0..count-1, the smallest and the largest timestamp delta; 0 and 0\n"
+"for no records), or None when the section is not one this walk accepts\n"
 "(the Python walk then decides). ``release_gil``: walk without the GIL (from a worker\n"
 "thread; on the event loop it would wait for the GIL back).");
 
@@ -120,8 +133,9 @@ static PyObject *
 scan(PyObject *module, PyObject *args)
 {
     Py_buffer payload, timestamps, offsets, keyless;
-    Py_ssize_t count, keyless_count = 0;
-    int release, sequential = 1, ok;
+    Py_ssize_t count;
+    summary found;
+    int release, ok;
     PyObject *ts_obj, *off_obj, *keyless_obj;
     if (!PyArg_ParseTuple(args, "y*nOOOp", &payload, &count, &ts_obj, &off_obj, &keyless_obj, &release))
         return NULL;
@@ -147,20 +161,19 @@ scan(PyObject *module, PyObject *args)
     }
     if (release) {
         Py_BEGIN_ALLOW_THREADS
-        ok = walk(payload.buf, payload.len, count, timestamps.buf, offsets.buf, keyless.buf, &keyless_count,
-                  &sequential);
+        ok = walk(payload.buf, payload.len, count, timestamps.buf, offsets.buf, keyless.buf, &found);
         Py_END_ALLOW_THREADS
     }
     else
-        ok = walk(payload.buf, payload.len, count, timestamps.buf, offsets.buf, keyless.buf, &keyless_count,
-                  &sequential);
+        ok = walk(payload.buf, payload.len, count, timestamps.buf, offsets.buf, keyless.buf, &found);
     PyBuffer_Release(&keyless);
     PyBuffer_Release(&offsets);
     PyBuffer_Release(&timestamps);
     PyBuffer_Release(&payload);
     if (!ok)
         Py_RETURN_NONE;
-    return Py_BuildValue("(nO)", keyless_count, sequential ? Py_True : Py_False);
+    return Py_BuildValue("(nOLL)", found.keyless_count, found.sequential ? Py_True : Py_False,
+                         (long long)found.min_timestamp, (long long)found.max_timestamp);
 }
 
 static PyMethodDef methods[] = {

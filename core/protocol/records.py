@@ -222,6 +222,8 @@ class RecordScan:
     offset_deltas: array
     keyless: array  # indexes of the records without a key
     sequential: bool  # whether the offset deltas are 0..n-1
+    min_timestamp_delta: int  # of timestamp_deltas, gathered by the walk (0 for no records)
+    max_timestamp_delta: int
 
 
 def scan_records_untrusted(header: BatchHeader, payload: bytes | memoryview) -> RecordScan:
@@ -250,9 +252,9 @@ def scan_records_c(header: BatchHeader, payload: bytes | memoryview, release_gil
     found = _recordscan.scan(payload, count, timestamp_deltas, offset_deltas, keyless, release_gil)
     if found is None:
         return None
-    keyless_count, sequential = found
+    keyless_count, sequential, low, high = found
     del keyless[keyless_count:]
-    return RecordScan(timestamp_deltas, offset_deltas, keyless, sequential)
+    return RecordScan(timestamp_deltas, offset_deltas, keyless, sequential, low, high)
 
 
 def scan_records_python(header: BatchHeader, payload: bytes | memoryview) -> RecordScan:
@@ -313,7 +315,8 @@ def scan_records_python(header: BatchHeader, payload: bytes | memoryview) -> Rec
             raise CorruptRequest("record has trailing bytes")
     if pos != end:
         raise CorruptRequest("Incorrect declared batch size, records still remaining in file")
-    return RecordScan(timestamp_deltas, offset_deltas, keyless, sequential)
+    low, high = (min(timestamp_deltas), max(timestamp_deltas)) if timestamp_deltas else (0, 0)
+    return RecordScan(timestamp_deltas, offset_deltas, keyless, sequential, low, high)
 
 
 def decode_records(header: BatchHeader, payload: bytes | memoryview) -> list[Record]:

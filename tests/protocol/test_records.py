@@ -111,7 +111,9 @@ def test_kafka_transactional_batch_and_commit_marker_flags() -> None:
 
 
 def _findings(scan):
-    return list(scan.timestamp_deltas), list(scan.offset_deltas), list(scan.keyless), scan.sequential
+    deltas = list(scan.timestamp_deltas)
+    assert (scan.min_timestamp_delta, scan.max_timestamp_delta) == ((min(deltas), max(deltas)) if deltas else (0, 0))
+    return deltas, list(scan.offset_deltas), list(scan.keyless), scan.sequential
 
 
 def _c_scan(header, payload):
