@@ -27,6 +27,7 @@ from brokkr.core.errors import ErrorCode
 from brokkr.core.plugins import create_plugin_manager, hookimpl
 from brokkr.core.protocol.records import HEADER_SIZE, build_batch, decode_records, iter_batches_untrusted
 from brokkr.core.testing import RawClient
+from brokkr.plugins.codecs import lz4 as lz4_codec
 from brokkr.plugins.codecs.gzip import GzipCodec
 from brokkr.plugins.codecs.lz4 import Lz4Codec
 from brokkr.plugins.codecs.none import NoneCodec
@@ -204,6 +205,16 @@ def test_decompression_bombs_are_refused_within_bounded_memory():
 # -- decompress_into: into a buffer the caller keeps --------------------------------
 
 INTO = [name for name in CODECS if hasattr(CODECS[name], "decompress_into")]
+#: Every codec's decompress_into, and lz4's once more without its C module (_lz4frame.c).
+INTO_CASES = [*INTO, "lz4 in Python"]
+
+
+def into(case: str, monkeypatch) -> tuple[str, type]:
+    """The codec name and class of an INTO_CASES case."""
+    name, _, python = case.partition(" in ")
+    if python:
+        monkeypatch.setattr(lz4_codec, "_lz4frame", None)
+    return name, CODECS[name]
 
 
 def frames_of(name: str, data: bytes) -> list[bytes]:
@@ -229,9 +240,10 @@ def test_decompress_into_is_offered_by_every_codec_that_compresses():
     assert INTO == COMPRESSING
 
 
-@pytest.mark.parametrize("name", INTO)
-def test_decompress_into_writes_what_decompress_returns_into_a_buffer_reused_across_sizes(name):
-    codec, out = CODECS[name](), bytearray()
+@pytest.mark.parametrize("case", INTO_CASES)
+def test_decompress_into_writes_what_decompress_returns_into_a_buffer_reused_across_sizes(case, monkeypatch):
+    name, cls = into(case, monkeypatch)
+    codec, out = cls(), bytearray()
     for data in (DATA, b"", b"small", DATA * 8, DATA[:1000]):
         for frame in frames_of(name, data):
             size = codec.decompress_into(frame, out, len(data))
@@ -240,18 +252,20 @@ def test_decompress_into_writes_what_decompress_returns_into_a_buffer_reused_acr
     assert len(out) >= len(DATA) * 8
 
 
-@pytest.mark.parametrize("name", INTO)
-def test_decompress_into_keeps_the_bound_exactly(name):
-    codec = CODECS[name]()
+@pytest.mark.parametrize("case", INTO_CASES)
+def test_decompress_into_keeps_the_bound_exactly(case, monkeypatch):
+    name, cls = into(case, monkeypatch)
+    codec = cls()
     for frame in frames_of(name, DATA):
         assert codec.decompress_into(frame, bytearray(), len(DATA)) == len(DATA)
         with pytest.raises(DecompressedSizeExceeded):
             codec.decompress_into(frame, bytearray(), len(DATA) - 1)
 
 
-@pytest.mark.parametrize("name", INTO)
-def test_decompress_into_refuses_what_decompress_refuses(name):
-    codec, out = CODECS[name](), bytearray()
+@pytest.mark.parametrize("case", INTO_CASES)
+def test_decompress_into_refuses_what_decompress_refuses(case, monkeypatch):
+    name, cls = into(case, monkeypatch)
+    codec, out = cls(), bytearray()
     rng = random.Random(5)
     for frame in frames_of(name, DATA):
         damaged = dict(corrupted(name, frame))
@@ -271,11 +285,12 @@ def test_decompress_into_refuses_what_decompress_refuses(name):
                 assert bytes(memoryview(out)[:size]) == expected, label
 
 
-@pytest.mark.parametrize("name", INTO)
-def test_decompress_into_a_kept_buffer_allocates_a_fraction_of_the_output(name):
+@pytest.mark.parametrize("case", INTO_CASES)
+def test_decompress_into_a_kept_buffer_allocates_a_fraction_of_the_output(case, monkeypatch):
     # A megabyte of fresh output per batch costs hundreds of page faults; written into a
     # buffer kept from the batch before, it costs none.
-    codec, out, data = CODECS[name](), bytearray(), DATA * 20
+    name, cls = into(case, monkeypatch)
+    codec, out, data = cls(), bytearray(), DATA * 20
     for frame in frames_of(name, data):
         codec.decompress_into(frame, out, len(data))
         tracemalloc.start()
@@ -287,8 +302,9 @@ def test_decompress_into_a_kept_buffer_allocates_a_fraction_of_the_output(name):
         assert peak < len(data) // 8, f"{peak} bytes allocated for {len(data)} of output"
 
 
-@pytest.mark.parametrize("name", INTO)
-def test_decompress_into_refuses_bombs_within_bounded_memory(name):
+@pytest.mark.parametrize("case", INTO_CASES)
+def test_decompress_into_refuses_bombs_within_bounded_memory(case, monkeypatch):
+    name, _ = into(case, monkeypatch)
     for label, codec, bomb in bombs():
         if label.startswith(name):
             tracemalloc.start()
@@ -299,6 +315,21 @@ def test_decompress_into_refuses_bombs_within_bounded_memory(name):
             finally:
                 tracemalloc.stop()
             assert peak < 4 * LIMIT, f"{label}: peak {peak} bytes while refusing"
+
+
+def test_the_c_lz4_module_is_built_where_liblz4s_headers_are():
+    """With a C compiler and liblz4's headers (CI installs liblz4-dev), lz4's decompress_into
+    runs in C; elsewhere it runs in Python."""
+    if os.environ.get("BROKKR_PYTHON_ONLY") or not os.path.exists("/usr/include/lz4frame.h"):
+        pytest.skip("built only with liblz4's headers")
+    assert lz4_codec._lz4frame is not None, "brokkr.plugins.codecs._lz4frame is not built: pip install -e ."
+
+
+def test_lz4_decompress_into_refuses_a_buffer_it_cannot_grow():
+    out = bytearray()
+    with memoryview(out):  # a live view: the buffer cannot be resized
+        with pytest.raises(BufferError):
+            Lz4Codec().decompress_into(Lz4Codec().compress(DATA), out, len(DATA))
 
 
 def test_a_scratch_buffer_is_kept_unless_still_viewed_or_grown_past_its_limit():
