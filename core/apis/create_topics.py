@@ -107,7 +107,7 @@ async def handle(broker, ctx, request):
                 created = await broker.replicas.create_topic(t.name, partitions, rf, overrides, assignment)
                 config, topic_id = broker.config.topic_config(created.configs), created.topic_id
             else:
-                topic = broker.create_topic(t.name, partitions, overrides)
+                topic = await broker.create_topic_in_turns(t.name, partitions, overrides)
                 config, topic_id = topic.config, topic.topic_id
         except BrokkrError as exc:
             res.error_code, res.error_message = exc.code, str(exc)

@@ -112,12 +112,15 @@ async def _requested_topics(broker, ctx, request) -> list:
             if not may_create[name]:
                 out.append(MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
                 continue
+            if name in broker.creating_topics:  # another request is creating it: its leader comes next
+                out.append(MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name))
+                continue
             try:
                 if broker.replicas is not None:  # created on the cluster; its leaders come next
                     await broker.replicas.create_topic(name)
                     out.append(MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name))
                     continue
-                topic = broker.create_topic(name)
+                topic = await broker.create_topic_in_turns(name)
             except BrokkrError as exc:
                 out.append(MetadataResponseTopic(error_code=exc.code, name=name))
                 continue

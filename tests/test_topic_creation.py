@@ -1,0 +1,123 @@
+"""Creating a topic through a request opens its partitions' logs a turn at a time
+(``Broker.create_topic_in_turns``): other connections are served meanwhile, the topic's
+name is taken from the start but the topic is known only once every log is open, and a
+creation that fails or is cut short by the broker stopping leaves no partition behind."""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+
+from brokkr.core.errors import ErrorCode
+from brokkr.core.protocol.frames import request_spec
+from brokkr.core.testing import RawClient
+from wire import API_VERSIONS, CREATE_TOPICS, METADATA, metadata_body
+
+CreateTopics = request_spec(CREATE_TOPICS)
+PARTITIONS = 300
+SLOW_OPEN_S = 0.002  # a slow disk: 0.6 s for the whole topic
+DEADLINE_S = 30.0
+
+
+def create_body(name: str, partitions: int = PARTITIONS):
+    topic = CreateTopics.struct("CreatableTopic")(name=name, num_partitions=partitions, replication_factor=1)
+    return CreateTopics.cls(topics=[topic], timeout_ms=30000)
+
+
+class SlowStorage:
+    """Wraps a running broker's ``storage.open_log``: each call waits first, and the call
+    numbered ``fail_at`` (from 0) raises ENOSPC instead."""
+
+    def __init__(self, broker, fail_at: int | None = None):
+        self.storage = broker.broker.storage
+        self.original = self.storage.open_log
+        self.fail_at = fail_at
+        self.opened = 0
+        self.lock = threading.Lock()
+        self.storage.open_log = self.open_log
+
+    def open_log(self, *args):
+        time.sleep(SLOW_OPEN_S)
+        with self.lock:
+            if self.opened == self.fail_at:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.opened += 1
+        return self.original(*args)
+
+    def restore(self) -> None:
+        self.storage.open_log = self.original
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def partition_dirs(log_dir, topic: str) -> list[str]:
+    return sorted(p.name for p in log_dir.iterdir() if p.name.startswith(f"{topic}-") or p.name.startswith(f"{topic}."))
+
+
+def test_other_connections_are_served_while_a_large_topic_is_created(brokkr_broker_factory):
+    broker = brokkr_broker_factory()
+    slow = SlowStorage(broker)
+    with RawClient(broker.bootstrap_servers) as creator, RawClient(broker.bootstrap_servers) as other:
+        creator.send(CREATE_TOPICS, 7, create_body("big.topic"))
+        wait_for(lambda: slow.opened > 0, "the creation to start")
+
+        # Served between the creation's turns, while it is still going on.
+        versions = request_spec(API_VERSIONS).cls(client_software_name="test", client_software_version="1")
+        assert other.request(API_VERSIONS, 3, versions).error_code == ErrorCode.NONE
+        [seen] = other.request(METADATA, 12, metadata_body("big.topic")).topics
+        assert seen.error_code == ErrorCode.LEADER_NOT_AVAILABLE  # being created: not yet known
+        [seen] = other.request(METADATA, 12, metadata_body("big.topic", auto_create=False)).topics
+        assert seen.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        [again] = other.request(CREATE_TOPICS, 7, create_body("big.topic")).topics
+        assert again.error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+        [collides] = other.request(CREATE_TOPICS, 7, create_body("big_topic")).topics  # metric names collide
+        assert collides.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+        assert slow.opened < PARTITIONS, "the other connection waited for the whole creation"
+
+        _, answer = creator.receive(CREATE_TOPICS, 7)
+        [created] = answer.topics
+        assert created.error_code == ErrorCode.NONE and created.num_partitions == PARTITIONS
+        [seen] = other.request(METADATA, 12, metadata_body("big.topic", auto_create=False)).topics
+        assert seen.error_code == ErrorCode.NONE and len(seen.partitions) == PARTITIONS
+    assert slow.opened == PARTITIONS
+
+
+def test_a_topic_whose_creation_fails_midway_leaves_no_partition_behind(brokkr_broker_factory, tmp_path):
+    log_dir = tmp_path / "data"
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    slow = SlowStorage(broker, fail_at=20)
+    with RawClient(broker.bootstrap_servers) as c:
+        [failed] = c.request(CREATE_TOPICS, 7, create_body("doomed")).topics
+        assert failed.error_code != ErrorCode.NONE
+        slow.restore()
+        [seen] = c.request(METADATA, 12, metadata_body("doomed", auto_create=False)).topics
+        assert seen.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        wait_for(lambda: not partition_dirs(log_dir, "doomed"), "the 20 opened partitions to be deleted")
+
+        [created] = c.request(CREATE_TOPICS, 7, create_body("doomed", 3)).topics  # the name is free again
+        assert created.error_code == ErrorCode.NONE
+    assert partition_dirs(log_dir, "doomed") == ["doomed-0", "doomed-1", "doomed-2"]
+
+
+def test_a_broker_stopped_while_creating_a_topic_leaves_no_partition_behind(brokkr_broker_factory, tmp_path):
+    log_dir = tmp_path / "data"
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    slow = SlowStorage(broker)
+    with RawClient(broker.bootstrap_servers) as c:
+        c.send(CREATE_TOPICS, 7, create_body("cut"))
+        wait_for(lambda: slow.opened >= 10, "the creation to start")
+        broker.stop()
+    assert slow.opened < PARTITIONS
+
+    restarted = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    with RawClient(restarted.bootstrap_servers) as c:
+        [seen] = c.request(METADATA, 12, metadata_body("cut", auto_create=False)).topics
+        assert seen.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert "cut" not in restarted.broker.topics
+    wait_for(lambda: not partition_dirs(log_dir, "cut"), "the opened partitions to be deleted")
