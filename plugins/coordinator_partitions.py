@@ -107,7 +107,7 @@ class PartitionedCoordinator:
         self.owned: dict[int, tuple[bool, int]] = {}
         self._loads: dict[int, asyncio.Task] = {}
         self._tasks: set[asyncio.Task] = set()
-        self._creating = False
+        self._creating: asyncio.Task | None = None  # the topic's creation (create_topic)
 
     # -- to implement -------------------------------------------------------------
 
@@ -145,28 +145,37 @@ class PartitionedCoordinator:
 
     def create_topic(self) -> None:
         """Create the (compacted) internal topic: what Kafka's first FindCoordinator does,
-        answering COORDINATOR_NOT_AVAILABLE meanwhile. Alone, the broker takes it over at
-        once; on a cluster, with the configured replication factor, each partition's leader does."""
+        answering COORDINATOR_NOT_AVAILABLE meanwhile. It is created in the background, once
+        at a time: alone, the broker opens its logs a few at a time
+        (``Broker.create_topic_in_turns``) and then takes it over; on a cluster, with the
+        configured replication factor, each partition's leader does."""
+        if self._creating is not None:
+            return
         config = self.broker.config
         configs: dict[str, Any] = {"cleanup.policy": "compact", "segment.bytes": config[self.settings.segment_bytes]}
         if self.settings.min_isr is not None:
             configs["min.insync.replicas"] = config[self.settings.min_isr]
         if self.broker.replicas is None:
             configs.pop("min.insync.replicas", None)  # one replica: nothing more can acknowledge
-            self._take_over(self.broker.create_topic(self.topic, self.num_partitions, configs))
-        elif not self._creating:
-            self._creating = True
+            work = self._create_alone(configs)
+        else:
             rf = config[self.settings.replication_factor]
-            self.spawn(self._create_on_cluster(rf, {k: str(v) for k, v in configs.items()}), "create topic")
+            work = self.broker.replicas.create_topic(
+                self.topic, self.num_partitions, rf, {k: str(v) for k, v in configs.items()}
+            )
+        self._creating = self.spawn(self._create(work), "create topic")
 
-    async def _create_on_cluster(self, replication_factor: int, configs: dict[str, str]) -> None:
+    async def _create_alone(self, configs: dict[str, Any]) -> None:
+        self._take_over(await self.broker.create_topic_in_turns(self.topic, self.num_partitions, configs))
+
+    async def _create(self, work) -> None:
         try:
-            await self.broker.replicas.create_topic(self.topic, self.num_partitions, replication_factor, configs)
+            await work
         except BrokkrError as exc:
             if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 log.warning("creating %s failed: %s", self.topic, exc)
         finally:
-            self._creating = False
+            self._creating = None
 
     def _take_over(self, topic) -> None:
         # The topic's own partition count decides once it exists, as in Kafka.
@@ -264,7 +273,10 @@ class PartitionedCoordinator:
         return count
 
     async def wait_loaded(self) -> None:
-        """Return once every partition being loaded now has loaded (or was dropped)."""
+        """Return once the topic being created now is (see :meth:`create_topic`) and every
+        partition being loaded now has loaded (or was dropped)."""
+        if self._creating is not None:
+            await asyncio.gather(self._creating, return_exceptions=True)
         await asyncio.gather(*self._loads.values(), return_exceptions=True)
 
     # -- lookups ----------------------------------------------------------------------

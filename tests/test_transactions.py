@@ -41,9 +41,9 @@ def confluent_producer(broker, txn_id: str, **config):
 def test_find_coordinator_creates_the_state_topic_and_names_its_leader(brokkr_broker, version):
     first = find_coordinator(brokkr_broker, "my-txn", version)
     assert (first.error_code, first.node_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
+    brokkr_broker.call(transaction_coordinator_of(brokkr_broker.broker).wait_loaded)  # created in the background
     topic = brokkr_broker.broker.topics[TRANSACTION_STATE_TOPIC]
     assert len(topic.partitions) == 50 and topic.config["cleanup.policy"] == ["compact"]
-    brokkr_broker.call(transaction_coordinator_of(brokkr_broker.broker).wait_loaded)
     answer = find_coordinator(brokkr_broker, "my-txn", version)
     host, port = brokkr_broker.bootstrap_servers.split(":")
     assert (answer.error_code, answer.node_id, answer.host, answer.port) == (0, 0, host, int(port))
