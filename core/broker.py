@@ -214,11 +214,7 @@ class Broker:
     ) -> Topic:
         """Create a topic and open a log for each partition (raises BrokkrError), holding
         the event loop until it is done: see :meth:`create_topic_in_turns` for requests."""
-        stored = self._new_topic(name, num_partitions, configs, topic_id)
-        topic = self._topic_of(stored)
-        for _ in self._open_partitions(stored, topic):
-            pass
-        return self._created(topic)
+        return self._created(self._open_topic(self._new_topic(name, num_partitions, configs, topic_id)))
 
     async def create_topic_in_turns(
         self, name: str, num_partitions: int | None = None, configs: Mapping[str, Any] | None = None
@@ -239,10 +235,14 @@ class Broker:
                 await asyncio.sleep(0)
         except BaseException:
             for partition in topic.partitions:
-                partition.log.delete()
+                try:
+                    partition.log.delete()
+                except OSError as exc:  # the creation's own failure is the one to raise
+                    log.warning("could not delete %s-%d of a failed creation: %s", name, partition.index, exc)
             raise
         finally:
             self.creating_topics.discard(name)
+        self._register(topic)
         return self._created(topic)
 
     def _new_topic(
@@ -259,7 +259,6 @@ class Broker:
         return StoredTopic(name, topic_id or uuid.uuid4(), n, overrides)
 
     def _created(self, topic: Topic) -> Topic:
-        self._register(topic)
         self._save_catalog()
         log.info("created topic %s (%s) with %d partition(s)", topic.name, topic.topic_id, len(topic.partitions))
         return topic
