@@ -12,12 +12,12 @@ import time
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.testing import RawClient
+from waiting import wait_for
 from wire import API_VERSIONS, CREATE_TOPICS, METADATA, metadata_body
 
 CreateTopics = request_spec(CREATE_TOPICS)
 PARTITIONS = 300
 SLOW_OPEN_S = 0.002  # a slow disk: 0.6 s for the whole topic
-DEADLINE_S = 30.0
 
 
 def create_body(name: str, partitions: int = PARTITIONS):
@@ -49,15 +49,9 @@ class SlowStorage:
         self.storage.open_log = self.original
 
 
-def wait_for(condition, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
-
-
 def partition_dirs(log_dir, topic: str) -> list[str]:
-    return sorted(p.name for p in log_dir.iterdir() if p.name.startswith(f"{topic}-") or p.name.startswith(f"{topic}."))
+    """The topic's partition directories, those renamed aside for deletion included."""
+    return sorted(p.name for p in log_dir.iterdir() if p.name.startswith(f"{topic}-"))
 
 
 def test_other_connections_are_served_while_a_large_topic_is_created(brokkr_broker_factory):
@@ -65,7 +59,7 @@ def test_other_connections_are_served_while_a_large_topic_is_created(brokkr_brok
     slow = SlowStorage(broker)
     with RawClient(broker.bootstrap_servers) as creator, RawClient(broker.bootstrap_servers) as other:
         creator.send(CREATE_TOPICS, 7, create_body("big.topic"))
-        wait_for(lambda: slow.opened > 0, "the creation to start")
+        wait_for("the creation to start", lambda: slow.opened > 0)
 
         # Served between the creation's turns, while it is still going on.
         versions = request_spec(API_VERSIONS).cls(client_software_name="test", client_software_version="1")
@@ -98,7 +92,7 @@ def test_a_topic_whose_creation_fails_midway_leaves_no_partition_behind(brokkr_b
         slow.restore()
         [seen] = c.request(METADATA, 12, metadata_body("doomed", auto_create=False)).topics
         assert seen.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        wait_for(lambda: not partition_dirs(log_dir, "doomed"), "the 20 opened partitions to be deleted")
+        wait_for("the 20 opened partitions to be deleted", lambda: not partition_dirs(log_dir, "doomed"))
 
         [created] = c.request(CREATE_TOPICS, 7, create_body("doomed", 3)).topics  # the name is free again
         assert created.error_code == ErrorCode.NONE
@@ -111,7 +105,7 @@ def test_a_broker_stopped_while_creating_a_topic_leaves_no_partition_behind(brok
     slow = SlowStorage(broker)
     with RawClient(broker.bootstrap_servers) as c:
         c.send(CREATE_TOPICS, 7, create_body("cut"))
-        wait_for(lambda: slow.opened >= 10, "the creation to start")
+        wait_for("the creation to start", lambda: slow.opened >= 10)
         broker.stop()
     assert slow.opened < PARTITIONS
 
@@ -120,4 +114,4 @@ def test_a_broker_stopped_while_creating_a_topic_leaves_no_partition_behind(brok
         [seen] = c.request(METADATA, 12, metadata_body("cut", auto_create=False)).topics
         assert seen.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert "cut" not in restarted.broker.topics
-    wait_for(lambda: not partition_dirs(log_dir, "cut"), "the opened partitions to be deleted")
+    wait_for("the opened partitions to be deleted", lambda: not partition_dirs(log_dir, "cut"))

@@ -19,6 +19,7 @@ from brokkr.core.testing import CLUSTER_SETTINGS as CLUSTER
 from brokkr.core.testing import free_port as _free_port
 
 from tests.serve import Served
+from tests.waiting import wait_for
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
@@ -54,14 +55,6 @@ class Node:
                 self.served.proc.wait(20)
             except Exception:
                 self.served.kill()
-
-
-def wait_for(what: str, check, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def state(admin: AdminClient, name: str = "j") -> tuple[int, list[int]] | None:

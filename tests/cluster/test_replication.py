@@ -17,6 +17,7 @@ from brokkr.core.plugins import hookimpl
 from brokkr.core.testing import CLUSTER_SETTINGS as CLUSTER
 
 from tests.serve import Served
+from tests.waiting import wait_for
 from tests.wire import (
     FETCH,
     INIT_PRODUCER_ID,
@@ -38,16 +39,6 @@ DEADLINE = 30.0
 
 def bootstrap(brokers) -> str:
     return ",".join(b.bootstrap_servers for b in brokers)
-
-
-def wait_for(what: str, check, timeout: float = DEADLINE):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def create(brokers, name: str, partitions: int, rf: int, **configs) -> dict:
