@@ -349,7 +349,7 @@ class Broker:
         (``OPEN_TURN_S``) is used up."""
         assert self.storage is not None, "the broker is not started"
         turn_ends = time.perf_counter() + OPEN_TURN_S
-        for index in range(len(topic.partitions), stored.partitions):
+        for index in range(stored.partitions):
             plog = self.storage.open_log(stored, index, topic.config)
             topic.partitions.append(Partition(topic, index, plog, self.node_id))
             if time.perf_counter() > turn_ends and index + 1 < stored.partitions:
