@@ -79,6 +79,7 @@ class Broker:
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
         self.creating_topics: set[str] = set()  # names whose logs create_topic_in_turns is opening
+        self.growing_topics: dict[str, asyncio.Event] = {}  # topics add_partitions is growing: set when done
         self.purgatory = Purgatory()
         self.codecs: dict[int, Any] = {}
         self.offload: OffloadPool | None = None  # record walks off the event loop (core/offload.py)
@@ -231,15 +232,7 @@ class Broker:
         topic = self._topic_of(stored)
         self.creating_topics.add(name)
         try:
-            for _ in self._open_partitions(stored, topic):
-                await asyncio.sleep(0)
-        except BaseException:
-            for partition in topic.partitions:
-                try:
-                    partition.log.delete()
-                except OSError as exc:  # the creation's own failure is the one to raise
-                    log.warning("could not delete %s-%d of a failed creation: %s", name, partition.index, exc)
-            raise
+            await self._open_in_turns(stored, topic, topic.partitions)
         finally:
             self.creating_topics.discard(name)
         self._register(topic)
@@ -310,8 +303,9 @@ class Broker:
         except (ValueError, AttributeError, ConfigError) as exc:
             raise ConfigError(f"the stored dynamic broker settings ({DYNAMIC_CONFIGS}) cannot be used: {exc}") from None
 
-    def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
-        """CreatePartitions: grow topic ``name`` to ``count`` partitions (raises BrokkrError)."""
+    def check_partition_count(self, name: str, count: int) -> Topic:
+        """CreatePartitions' checks of growing topic ``name`` to ``count`` partitions
+        (raises BrokkrError, as Kafka words them); the topic, when it may grow."""
         topic = self.topics.get(name)
         if topic is None:
             raise BrokkrError(f"The topic '{name}' does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -323,20 +317,53 @@ class Broker:
             )
         if count == current:
             raise BrokkrError(f"Topic already has {current} partitions.", ErrorCode.INVALID_PARTITIONS)
-        if validate_only:
-            return
-        assert self.storage is not None
+        return topic
+
+    async def add_partitions(self, name: str, count: int) -> None:
+        """Grow topic ``name`` to ``count`` partitions (raises BrokkrError, see
+        :meth:`check_partition_count`). The new logs are opened a turn at a time, as
+        :meth:`create_topic_in_turns` opens a topic's, and join the topic together once
+        all are open: until then Metadata, Produce and Fetch see the old count. Growths
+        and deletions of one topic happen one after the other, as Kafka's controller
+        orders them: this waits for an earlier growth (and then checks the count against
+        its outcome), and DeleteTopics waits for this one (:meth:`growth_done`). A growth
+        that fails or is cancelled deletes the logs it opened."""
+        await self.growth_done(name)
+        topic = self.check_partition_count(name, count)
         stored = StoredTopic(name, topic.topic_id, count, topic.config.override_strings())
-        for index in range(current, count):
-            topic.partitions.append(
-                Partition(topic, index, self.storage.open_log(stored, index, topic.config), self.node_id)
-            )
+        opened: list[Partition] = []
+        self.growing_topics[name] = done = asyncio.Event()
+        try:
+            await self._open_in_turns(stored, topic, opened, first=len(topic.partitions))
+        finally:
+            del self.growing_topics[name]
+            done.set()
+        topic.partitions.extend(opened)
         self._save_catalog()
         log.info("topic %s now has %d partitions", name, count)
 
+    async def growth_done(self, name: str) -> None:
+        """Return once no :meth:`add_partitions` is growing topic ``name``."""
+        while (growing := self.growing_topics.get(name)) is not None:
+            await growing.wait()
+
+    async def _open_in_turns(self, stored: StoredTopic, topic: Topic, into: list, first: int = 0) -> None:
+        """Open the stored topic's partitions from ``first`` on into ``into``, letting the
+        loop run other work between turns; on failure or cancellation, delete them again."""
+        try:
+            for _ in self._open_partitions(stored, topic, into, first):
+                await asyncio.sleep(0)
+        except BaseException:
+            for partition in into:
+                try:
+                    partition.log.delete()
+                except OSError as exc:  # the opening's own failure is the one to raise
+                    log.warning("could not delete %s-%d after a failure: %s", stored.name, partition.index, exc)
+            raise
+
     def _open_topic(self, stored: StoredTopic) -> Topic:
         topic = self._topic_of(stored)
-        for _ in self._open_partitions(stored, topic):
+        for _ in self._open_partitions(stored, topic, topic.partitions):
             pass
         self._register(topic)
         return topic
@@ -344,14 +371,14 @@ class Broker:
     def _topic_of(self, stored: StoredTopic) -> Topic:
         return Topic(stored.name, stored.topic_id, self.config.topic_config(stored.configs))
 
-    def _open_partitions(self, stored: StoredTopic, topic: Topic) -> Iterator[None]:
-        """Open the stored topic's partitions into ``topic``, yielding whenever one turn
-        (``OPEN_TURN_S``) is used up."""
+    def _open_partitions(self, stored: StoredTopic, topic: Topic, into: list, first: int = 0) -> Iterator[None]:
+        """Open the stored topic's partitions from ``first`` on into ``into``, yielding
+        whenever one turn (``OPEN_TURN_S``) is used up."""
         assert self.storage is not None, "the broker is not started"
         turn_ends = time.perf_counter() + OPEN_TURN_S
-        for index in range(stored.partitions):
+        for index in range(first, stored.partitions):
             plog = self.storage.open_log(stored, index, topic.config)
-            topic.partitions.append(Partition(topic, index, plog, self.node_id))
+            into.append(Partition(topic, index, plog, self.node_id))
             if time.perf_counter() > turn_ends and index + 1 < stored.partitions:
                 yield
                 turn_ends = time.perf_counter() + OPEN_TURN_S

@@ -1,7 +1,9 @@
 """Creating a topic through a request opens its partitions' logs a turn at a time
 (``Broker.create_topic_in_turns``): other connections are served meanwhile, the topic's
 name is taken from the start but the topic is known only once every log is open, and a
-creation that fails or is cut short by the broker stopping leaves no partition behind."""
+creation that fails or is cut short by the broker stopping leaves no partition behind.
+Growing a topic (CreatePartitions, ``Broker.add_partitions``) does the same: the new
+partitions appear together, growths and deletions of one topic wait for each other."""
 
 from __future__ import annotations
 
@@ -13,9 +15,21 @@ from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.testing import RawClient
 from waiting import wait_for
-from wire import API_VERSIONS, CREATE_TOPICS, METADATA, metadata_body
+from wire import (
+    API_VERSIONS,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    METADATA,
+    PRODUCE,
+    batch,
+    metadata_body,
+    produce_body,
+)
 
 CreateTopics = request_spec(CREATE_TOPICS)
+CreatePartitions = request_spec(CREATE_PARTITIONS)
+DeleteTopics = request_spec(DELETE_TOPICS)
 PARTITIONS = 300
 SLOW_OPEN_S = 0.002  # a slow disk: 0.6 s for the whole topic
 
@@ -23,6 +37,17 @@ SLOW_OPEN_S = 0.002  # a slow disk: 0.6 s for the whole topic
 def create_body(name: str, partitions: int = PARTITIONS):
     topic = CreateTopics.struct("CreatableTopic")(name=name, num_partitions=partitions, replication_factor=1)
     return CreateTopics.cls(topics=[topic], timeout_ms=30000)
+
+
+def grow_body(name: str, count: int, validate_only: bool = False):
+    topic = CreatePartitions.struct("CreatePartitionsTopic")(name=name, count=count, assignments=None)
+    return CreatePartitions.cls(topics=[topic], timeout_ms=30000, validate_only=validate_only)
+
+
+def partition_count(client, name: str) -> int:
+    [seen] = client.request(METADATA, 12, metadata_body(name, auto_create=False)).topics
+    assert seen.error_code == ErrorCode.NONE
+    return len(seen.partitions)
 
 
 class SlowStorage:
@@ -115,3 +140,106 @@ def test_a_broker_stopped_while_creating_a_topic_leaves_no_partition_behind(brok
         assert seen.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert "cut" not in restarted.broker.topics
     wait_for("the opened partitions to be deleted", lambda: not partition_dirs(log_dir, "cut"))
+
+
+def produced(client, topic: str, partition: int) -> int:
+    body = produce_body(topic, batch(3), partition=partition)
+    [t] = client.request(PRODUCE, 9, body).responses
+    return t.partition_responses[0].error_code
+
+
+def test_other_connections_are_served_while_a_topic_grows(brokkr_broker_factory):
+    broker = brokkr_broker_factory()
+    with RawClient(broker.bootstrap_servers) as grower, RawClient(broker.bootstrap_servers) as other:
+        [created] = other.request(CREATE_TOPICS, 7, create_body("growing", 2)).topics
+        assert created.error_code == ErrorCode.NONE
+        slow = SlowStorage(broker)
+        grower.send(CREATE_PARTITIONS, 3, grow_body("growing", 2 + PARTITIONS))
+        wait_for("the growth to start", lambda: slow.opened > 0)
+
+        # Served between the growth's turns; the new partitions join all at once, at the end.
+        assert partition_count(other, "growing") == 2
+        assert produced(other, "growing", 1) == ErrorCode.NONE
+        assert produced(other, "growing", 2) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        [checked] = other.request(CREATE_PARTITIONS, 3, grow_body("growing", 1, validate_only=True)).results
+        assert checked.error_code == ErrorCode.INVALID_PARTITIONS  # checked against the count it has now
+        assert slow.opened < PARTITIONS, "the other connection waited for the whole growth"
+
+        _, answer = grower.receive(CREATE_PARTITIONS, 3)
+        assert [r.error_code for r in answer.results] == [ErrorCode.NONE]
+        assert partition_count(other, "growing") == 2 + PARTITIONS
+        assert produced(other, "growing", 1 + PARTITIONS) == ErrorCode.NONE
+    assert slow.opened == PARTITIONS
+
+
+def test_a_second_growth_of_a_topic_waits_for_the_first_and_is_checked_against_its_outcome(brokkr_broker_factory):
+    broker = brokkr_broker_factory()
+    with RawClient(broker.bootstrap_servers) as first, RawClient(broker.bootstrap_servers) as second:
+        first.request(CREATE_TOPICS, 7, create_body("twice", 2))
+        slow = SlowStorage(broker)
+        first.send(CREATE_PARTITIONS, 3, grow_body("twice", 2 + PARTITIONS))
+        wait_for("the growth to start", lambda: slow.opened > 0)
+        [again] = second.request(CREATE_PARTITIONS, 3, grow_body("twice", 2 + PARTITIONS)).results
+        assert slow.opened == PARTITIONS  # answered only once the first growth was done
+        assert again.error_code == ErrorCode.INVALID_PARTITIONS
+        assert again.error_message == f"Topic already has {2 + PARTITIONS} partitions."
+        _, answer = first.receive(CREATE_PARTITIONS, 3)
+        assert [r.error_code for r in answer.results] == [ErrorCode.NONE]
+        assert partition_count(second, "twice") == 2 + PARTITIONS
+
+
+def test_a_topic_deleted_while_it_grows_is_deleted_whole_after_the_growth(brokkr_broker_factory, tmp_path):
+    log_dir = tmp_path / "data"
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    with RawClient(broker.bootstrap_servers) as grower, RawClient(broker.bootstrap_servers) as deleter:
+        grower.request(CREATE_TOPICS, 7, create_body("short.lived", 2))
+        slow = SlowStorage(broker)
+        grower.send(CREATE_PARTITIONS, 3, grow_body("short.lived", 2 + PARTITIONS))
+        wait_for("the growth to start", lambda: slow.opened > 0)
+        body = DeleteTopics.cls(topic_names=["short.lived"], timeout_ms=30000)
+        [deleted] = deleter.request(DELETE_TOPICS, 4, body).responses
+        assert slow.opened == PARTITIONS  # the deletion waited for the growth
+        assert deleted.error_code == ErrorCode.NONE
+        _, answer = grower.receive(CREATE_PARTITIONS, 3)
+        assert [r.error_code for r in answer.results] == [ErrorCode.NONE]
+        [seen] = deleter.request(METADATA, 12, metadata_body("short.lived", auto_create=False)).topics
+        assert seen.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    wait_for("every partition, old and new, to be deleted", lambda: not partition_dirs(log_dir, "short.lived"))
+
+
+def test_a_growth_that_fails_midway_leaves_the_topic_as_it_was(brokkr_broker_factory, tmp_path):
+    old = ["stunted-0", "stunted-1"]
+    log_dir = tmp_path / "data"
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    with RawClient(broker.bootstrap_servers) as c:
+        c.request(CREATE_TOPICS, 7, create_body("stunted", 2))
+        slow = SlowStorage(broker, fail_at=20)
+        [failed] = c.request(CREATE_PARTITIONS, 3, grow_body("stunted", 2 + PARTITIONS)).results
+        assert failed.error_code != ErrorCode.NONE
+        slow.restore()
+        assert partition_count(c, "stunted") == 2
+        wait_for("the 20 new partitions to be deleted", lambda: partition_dirs(log_dir, "stunted") == old)
+
+        [grown] = c.request(CREATE_PARTITIONS, 3, grow_body("stunted", 3)).results  # it may grow again
+        assert grown.error_code == ErrorCode.NONE
+        assert partition_count(c, "stunted") == 3
+    assert partition_dirs(log_dir, "stunted") == [*old, "stunted-2"]
+
+
+def test_a_broker_stopped_while_a_topic_grows_keeps_the_topic_as_it_was(brokkr_broker_factory, tmp_path):
+    log_dir = tmp_path / "data"
+    broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    with RawClient(broker.bootstrap_servers) as c:
+        c.request(CREATE_TOPICS, 7, create_body("halted", 2))
+        slow = SlowStorage(broker)
+        c.send(CREATE_PARTITIONS, 3, grow_body("halted", 2 + PARTITIONS))
+        wait_for("the growth to start", lambda: slow.opened >= 10)
+        broker.stop()
+    assert slow.opened < PARTITIONS
+
+    restarted = brokkr_broker_factory({"log.dirs": str(log_dir)})
+    with RawClient(restarted.bootstrap_servers) as c:
+        assert partition_count(c, "halted") == 2
+    wait_for(
+        "the opened partitions to be deleted", lambda: partition_dirs(log_dir, "halted") == ["halted-0", "halted-1"]
+    )

@@ -9,7 +9,7 @@ from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import build_batch, encode_batch
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
-OFFSET_FOR_LEADER_EPOCH = 23
+OFFSET_FOR_LEADER_EPOCH, DELETE_TOPICS, CREATE_PARTITIONS = 23, 20, 37
 
 
 def produce_body(

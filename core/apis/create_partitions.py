@@ -67,13 +67,13 @@ async def handle(broker, ctx, request):
             if t.name not in broker.topics:
                 raise BrokkrError(f"The topic '{t.name}' does not exist.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             assignment = _check_assignments(broker, t) if t.count > len(broker.topics[t.name].partitions) else None
-            broker.add_partitions(t.name, t.count, validate_only=True)  # Kafka's checks of the count
+            broker.check_partition_count(t.name, t.count)
             if request.validate_only:
                 continue
             if broker.replicas is not None:
                 await broker.replicas.add_partitions(t.name, t.count, assignment)
             else:
-                broker.add_partitions(t.name, t.count)
+                await broker.add_partitions(t.name, t.count)
         except BrokkrError as exc:
             res.error_code, res.error_message = exc.code, str(exc)
     return CreatePartitionsResponse(results=results)

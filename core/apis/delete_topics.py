@@ -38,6 +38,7 @@ async def handle(broker, ctx, request):
             resolved.append(res)
     allowed = broker.authorize_topics(ctx, AclOperation.DELETE, (r.name for r in resolved))
     for res in resolved:
+        await broker.growth_done(res.name)  # a CreatePartitions growing it ends first
         topic = broker.topics.get(res.name)
         if not allowed[res.name]:
             res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
