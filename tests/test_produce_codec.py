@@ -165,6 +165,31 @@ def test_the_c_reader_accepts_exactly_what_the_python_reader_accepts(version):
     assert accepted > 50, "the cases must include requests both accept"
 
 
+@pytest.mark.parametrize("partitions", [127, 128, 1000])
+def test_both_readers_take_a_topic_of_many_partitions(partitions):
+    """A partition count of 127 or more takes two bytes (librdkafka's request to a topic
+    of 1,000 partitions): both readers take it, and refuse it with a count beyond the
+    bytes that follow, or cut anywhere in it."""
+    if produce_codec._produce is None:
+        pytest.skip("brokkr.core.protocol._produce is not built")
+    parts = [REQ.struct("PartitionProduceData")(index=i, records=b"r%d" % i) for i in range(partitions)]
+    request = REQ.cls(
+        acks=1, timeout_ms=5, topic_data=[REQ.struct("TopicProduceData")(name="wide", partition_data=parts)]
+    )
+    w = Writer()
+    REQ.encode(9, request, w)
+    data = bytes(w.buf)
+    c, python = _both_readers(data)
+    assert c == python == (REQ.decode(9, Reader(data)), len(data))
+    count_at = 1 + 7 + 5  # the null transactional id, acks, timeout, topic count; the name "wide"
+    assert data[count_at : count_at + 2] == bytes([(partitions + 1) & 0x7F | 0x80, (partitions + 1) >> 7])
+    too_many = data[:count_at] + bytes([0xFF, 0x7F]) + data[count_at + 2 :]  # 16,382 partitions
+    assert _both_readers(too_many) == ((None, 0), (None, 0))
+    for cut in range(count_at - 1, count_at + 12):
+        c, python = _both_readers(data[:cut])
+        assert c == python == (None, 0), cut
+
+
 def test_the_c_reader_keeps_the_records_as_views_of_the_frame():
     if produce_codec._produce is None:
         pytest.skip("brokkr.core.protocol._produce is not built")

@@ -221,17 +221,17 @@ read_topics(PyObject *buf_obj, const unsigned char *buf, Py_ssize_t *pos_io, Py_
         if (name == NULL)
             goto drop;
         pos += n;
-        if (pos >= end || buf[pos] == 0 || buf[pos] >= 0x80) {
+        int64_t n_partitions; /* any size: 1,000 partitions take two bytes */
+        if (!uvarint5(buf, &pos, end, &n_partitions) || n_partitions == 0 || n_partitions - 1 > end - pos) {
             Py_DECREF(name);
             goto drop;
         }
-        Py_ssize_t n_partitions = buf[pos++];
         PyObject *partitions = PyList_New(0);
         if (partitions == NULL) {
             Py_DECREF(name);
             goto drop;
         }
-        for (Py_ssize_t i = 0; i < n_partitions - 1; i++) {
+        for (int64_t i = 0; i < n_partitions - 1; i++) {
             int64_t size;
             if (pos + 4 > end)
                 goto drop_topic;
@@ -279,7 +279,7 @@ drop: /* the caller tells failure from "not the common shape" by PyErr_Occurred 
 PyDoc_STRVAR(read_request_doc,
 "read_request(reader, request_type, topic_type, partition_type)\n\n"
 "The ProduceRequest at ``reader``'s position, as flexible versions by name (9-12) carry\n"
-"it from clients (one-byte lengths and counts, no tagged fields), built of the three\n"
+"it from clients (one-byte topic counts and names, no tagged fields), built of the three\n"
 "types; ``reader`` moves past it. None, ``reader`` untouched, for anything else.");
 
 static PyObject *

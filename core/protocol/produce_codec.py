@@ -97,7 +97,7 @@ def decode_request(version: int, r: Reader):
 
 def _decode_common(r: Reader):
     """The request as flexible versions by name (9-12) carry it from clients, read without
-    a method call per field: one-byte lengths and counts, no tagged fields. None (``r``
+    a method call per field: one-byte topic counts and names, no tagged fields. None (``r``
     untouched) for anything else, which the field-by-field decoder then reads or refuses."""
     buf, pos, end = r.buf, r.pos, r.end
     try:
@@ -117,10 +117,9 @@ def _decode_common(r: Reader):
                 return None
             name = str(buf[pos + 1 : pos + n], "utf-8")
             pos += n
-            n_partitions = buf[pos]
-            if not 0 < n_partitions < 0x80:
+            n_partitions, pos = decode_uvarint(buf, pos, end, VARINT_MAX_BYTES)  # 1,000 take two bytes
+            if not 0 < n_partitions <= end - pos + 1:
                 return None
-            pos += 1
             partitions = []
             for _ in range(n_partitions - 1):
                 index = _I32.unpack_from(buf, pos)[0]
