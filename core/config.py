@@ -632,6 +632,7 @@ class TopicConfig(Mapping[str, Any]):
         values = {name: self.broker.topic_default(name) for name in TOPIC_CONFIG_DEFS}
         values.update(overrides)
         self.overrides, self._values = dict(overrides), values
+        self.derived: dict[Any, Any] = {}  # what readers computed from these settings, by their key
         self.version += 1
 
     def __getitem__(self, key: str) -> Any:

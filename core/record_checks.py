@@ -23,9 +23,10 @@ if TYPE_CHECKING:
 LOG_APPEND_TIME = "LogAppendTime"
 
 
-@attrs.frozen
+@attrs.define  # not frozen: a frozen class's __init__ costs three times as much, once a batch
 class RecordRules:
-    """One topic's record rules at one instant (``now``, in ms), built once per batch."""
+    """One topic's record rules at one instant (``now``, in ms), built once per batch and
+    not changed after."""
 
     partition: str  # "topic-N", as Kafka names a TopicPartition in its messages
     now: int
@@ -37,14 +38,15 @@ class RecordRules:
     @classmethod
     def of(cls, partition: Partition, now: int) -> RecordRules:
         config = partition.config
-        return cls(
-            partition.name,
-            now,
-            config["message.timestamp.type"] == LOG_APPEND_TIME,
-            "compact" in config["cleanup.policy"],
-            config["message.timestamp.before.max.ms"],
-            config["message.timestamp.after.max.ms"],
-        )
+        settings = config.derived.get(cls)
+        if settings is None:  # read once per change of the topic's settings
+            settings = config.derived[cls] = (
+                config["message.timestamp.type"] == LOG_APPEND_TIME,
+                "compact" in config["cleanup.policy"],
+                config["message.timestamp.before.max.ms"],
+                config["message.timestamp.after.max.ms"],
+            )
+        return cls(partition.name, now, *settings)
 
     def need_records(self, header: BatchHeader) -> bool:
         """Whether an uncompressed batch must be walked, or its header settles every rule.

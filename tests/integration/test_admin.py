@@ -15,6 +15,7 @@ from confluent_kafka.admin import (  # noqa: E402, I001
     ConfigSource,
     NewPartitions,
 )
+from wire import PRODUCE, batch, produce_body
 
 from .conftest import DEFAULT_TIMEOUT, ck_admin, ck_create_topic, ck_describe_topic_configs, ck_flush, ck_producer
 
@@ -207,6 +208,30 @@ def test_describe_cluster_log_dirs_and_topic_partitions(brokkr_broker_factory, t
         assert (
             c.request(DESCRIBE_TOPIC_PARTITIONS, 0, body).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
+
+
+def test_record_rules_follow_altered_timestamp_settings_at_once(brokkr_broker, topic_name):
+    """The timestamp rules a batch is checked by are read once per change of the topic's
+    settings (RecordRules.of): every change reaches the next batch."""
+    ck_create_topic(brokkr_broker.bootstrap_servers, topic_name)
+    admin = ck_admin(brokkr_broker.bootstrap_servers)
+
+    def produced():
+        with RawClient(brokkr_broker.bootstrap_servers) as c:
+            [t] = c.request(PRODUCE, 9, produce_body(topic_name, batch(timestamp=1_000))).responses
+        return t.partition_responses[0]
+
+    first = produced()  # CreateTime, with no bound on the past
+    assert first.error_code == ErrorCode.NONE and first.log_append_time_ms == -1
+    stamp = ConfigEntry("message.timestamp.type", "LogAppendTime", incremental_operation=AlterConfigOpType.SET)
+    incremental(admin, topic_name, stamp)
+    stamped = produced()
+    assert stamped.error_code == ErrorCode.NONE and stamped.log_append_time_ms > 1_000
+    unstamp = ConfigEntry("message.timestamp.type", None, incremental_operation=AlterConfigOpType.DELETE)
+    bound = ConfigEntry("message.timestamp.before.max.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+    incremental(admin, topic_name, unstamp, bound)
+    refused = produced()  # CreateTime again, and a timestamp of 1970 is now too old
+    assert refused.error_code == ErrorCode.INVALID_TIMESTAMP
 
 
 def test_a_successful_create_topics_answers_a_null_error_message(brokkr_broker):
