@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
 import sys
@@ -53,12 +54,33 @@ def _loop_factory(choice: str):
     return uvloop.new_event_loop
 
 
+#: ``brokkr serve``'s threshold for the cyclic garbage collector's youngest generation:
+#: the net count of new container objects that starts a collection (CPython's default: 700).
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def _collect_garbage_less_often() -> None:
+    """Tune the cyclic garbage collector for a server (the process is the broker's; an
+    embedding application keeps its own settings). A Produce to 1,000 partitions holds
+    more than 700 new objects at once, so at CPython's threshold each request ran about
+    six young collections that moved its live objects on to older generations, and about
+    every twentieth a full collection of the whole heap (20-50 ms, the event loop held). At
+    10,000 the request's objects are freed before a collection sees them; a young
+    collection then takes at most 2-3 ms. What the process holds before serving (modules,
+    plugins) is moved out of the collector's sight (``gc.freeze``): it lives as long as
+    the process."""
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    gc.collect()
+    gc.freeze()
+
+
 def _serve(args: argparse.Namespace) -> int:
     from .broker import Broker
 
     _keep_large_buffers_mapped()
     values = _settings(args)
     broker = Broker(values)
+    _collect_garbage_less_often()
     loop_factory = _loop_factory(args.event_loop)
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         log.info("event loop: %s", "uvloop" if loop_factory else "asyncio")

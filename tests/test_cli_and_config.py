@@ -36,6 +36,26 @@ def test_serve_from_a_properties_file_and_shut_down_gracefully(tmp_path, sig):
         served.proc.kill()
 
 
+def test_serve_tunes_the_garbage_collector_for_a_server():
+    """``brokkr serve`` (its own process) raises the young generation's threshold and
+    freezes what it holds at start; a broker embedded elsewhere leaves them alone."""
+    code = (
+        "import asyncio, gc\n"
+        "from brokkr.core import cli\n"
+        "from brokkr.core.broker import Broker\n"
+        "async def embedded():\n"
+        "    async with Broker({'listeners': 'PLAINTEXT://127.0.0.1:0', 'brokkr.storage': 'memory'}):\n"
+        "        pass\n"
+        "asyncio.run(embedded())\n"
+        "print(gc.get_threshold()[0], gc.get_freeze_count())\n"
+        "cli._collect_garbage_less_often()\n"
+        "print(gc.get_threshold()[0], gc.get_freeze_count() > 1000)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["700 0", "10000 True"]
+
+
 def test_serve_rejects_bad_settings_with_a_clear_message(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "brokkr.core.cli", "serve", "--override", "num.partitions=zero"],
