@@ -41,9 +41,9 @@ class SegmentInfo:
     path: str | None = None
 
 
-@attrs.frozen
+@attrs.define  # not frozen: a frozen class's __init__ costs three times as much, once a partition
 class AppendInfo:
-    """What one append stored (one per partition batch).
+    """What one append stored (one per partition batch); not changed after.
 
     ``duplicate`` marks a producer's retry of a batch already in the log
     (:mod:`brokkr.core.producer_state`): nothing was stored, and the offsets and max
