@@ -148,14 +148,24 @@ def produced(client, topic: str, partition: int) -> int:
     return t.partition_responses[0].error_code
 
 
+GROWN = 2 + PARTITIONS  # what start_growth grows its topic to
+
+
+def start_growth(broker, client, name: str, started: int = 1) -> SlowStorage:
+    """Create ``name`` with 2 partitions, then send (not wait for) its growth to ``GROWN``
+    on slow storage; return that storage once ``started`` new logs are open."""
+    [created] = client.request(CREATE_TOPICS, 7, create_body(name, 2)).topics
+    assert created.error_code == ErrorCode.NONE
+    slow = SlowStorage(broker)
+    client.send(CREATE_PARTITIONS, 3, grow_body(name, GROWN))
+    wait_for("the growth to start", lambda: slow.opened >= started)
+    return slow
+
+
 def test_other_connections_are_served_while_a_topic_grows(brokkr_broker_factory):
     broker = brokkr_broker_factory()
     with RawClient(broker.bootstrap_servers) as grower, RawClient(broker.bootstrap_servers) as other:
-        [created] = other.request(CREATE_TOPICS, 7, create_body("growing", 2)).topics
-        assert created.error_code == ErrorCode.NONE
-        slow = SlowStorage(broker)
-        grower.send(CREATE_PARTITIONS, 3, grow_body("growing", 2 + PARTITIONS))
-        wait_for("the growth to start", lambda: slow.opened > 0)
+        slow = start_growth(broker, grower, "growing")
 
         # Served between the growth's turns; the new partitions join all at once, at the end.
         assert partition_count(other, "growing") == 2
@@ -167,35 +177,29 @@ def test_other_connections_are_served_while_a_topic_grows(brokkr_broker_factory)
 
         _, answer = grower.receive(CREATE_PARTITIONS, 3)
         assert [r.error_code for r in answer.results] == [ErrorCode.NONE]
-        assert partition_count(other, "growing") == 2 + PARTITIONS
-        assert produced(other, "growing", 1 + PARTITIONS) == ErrorCode.NONE
+        assert partition_count(other, "growing") == GROWN
+        assert produced(other, "growing", GROWN - 1) == ErrorCode.NONE
     assert slow.opened == PARTITIONS
 
 
 def test_a_second_growth_of_a_topic_waits_for_the_first_and_is_checked_against_its_outcome(brokkr_broker_factory):
     broker = brokkr_broker_factory()
     with RawClient(broker.bootstrap_servers) as first, RawClient(broker.bootstrap_servers) as second:
-        first.request(CREATE_TOPICS, 7, create_body("twice", 2))
-        slow = SlowStorage(broker)
-        first.send(CREATE_PARTITIONS, 3, grow_body("twice", 2 + PARTITIONS))
-        wait_for("the growth to start", lambda: slow.opened > 0)
-        [again] = second.request(CREATE_PARTITIONS, 3, grow_body("twice", 2 + PARTITIONS)).results
+        slow = start_growth(broker, first, "twice")
+        [again] = second.request(CREATE_PARTITIONS, 3, grow_body("twice", GROWN)).results
         assert slow.opened == PARTITIONS  # answered only once the first growth was done
         assert again.error_code == ErrorCode.INVALID_PARTITIONS
-        assert again.error_message == f"Topic already has {2 + PARTITIONS} partitions."
+        assert again.error_message == f"Topic already has {GROWN} partitions."
         _, answer = first.receive(CREATE_PARTITIONS, 3)
         assert [r.error_code for r in answer.results] == [ErrorCode.NONE]
-        assert partition_count(second, "twice") == 2 + PARTITIONS
+        assert partition_count(second, "twice") == GROWN
 
 
 def test_a_topic_deleted_while_it_grows_is_deleted_whole_after_the_growth(brokkr_broker_factory, tmp_path):
     log_dir = tmp_path / "data"
     broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
     with RawClient(broker.bootstrap_servers) as grower, RawClient(broker.bootstrap_servers) as deleter:
-        grower.request(CREATE_TOPICS, 7, create_body("short.lived", 2))
-        slow = SlowStorage(broker)
-        grower.send(CREATE_PARTITIONS, 3, grow_body("short.lived", 2 + PARTITIONS))
-        wait_for("the growth to start", lambda: slow.opened > 0)
+        slow = start_growth(broker, grower, "short.lived")
         body = DeleteTopics.cls(topic_names=["short.lived"], timeout_ms=30000)
         [deleted] = deleter.request(DELETE_TOPICS, 4, body).responses
         assert slow.opened == PARTITIONS  # the deletion waited for the growth
@@ -214,7 +218,7 @@ def test_a_growth_that_fails_midway_leaves_the_topic_as_it_was(brokkr_broker_fac
     with RawClient(broker.bootstrap_servers) as c:
         c.request(CREATE_TOPICS, 7, create_body("stunted", 2))
         slow = SlowStorage(broker, fail_at=20)
-        [failed] = c.request(CREATE_PARTITIONS, 3, grow_body("stunted", 2 + PARTITIONS)).results
+        [failed] = c.request(CREATE_PARTITIONS, 3, grow_body("stunted", GROWN)).results
         assert failed.error_code != ErrorCode.NONE
         slow.restore()
         assert partition_count(c, "stunted") == 2
@@ -230,10 +234,7 @@ def test_a_broker_stopped_while_a_topic_grows_keeps_the_topic_as_it_was(brokkr_b
     log_dir = tmp_path / "data"
     broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
     with RawClient(broker.bootstrap_servers) as c:
-        c.request(CREATE_TOPICS, 7, create_body("halted", 2))
-        slow = SlowStorage(broker)
-        c.send(CREATE_PARTITIONS, 3, grow_body("halted", 2 + PARTITIONS))
-        wait_for("the growth to start", lambda: slow.opened >= 10)
+        slow = start_growth(broker, c, "halted", started=10)
         broker.stop()
     assert slow.opened < PARTITIONS
 
