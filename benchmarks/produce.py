@@ -136,28 +136,37 @@ def tree_cpu_seconds(pid: int) -> tuple[float, float] | None:
 
 class CpuMeter:
     """A broker's CPU over a timed stretch, in percent of one core: its process tree (brokkr
-    and its offload workers) and the workers alone; and the broker process's minor page
-    faults a second. None values off Linux."""
+    and its offload workers) and the workers alone; the broker process's minor page faults
+    a second; and this process's own CPU (every thread: the clients where they run here).
+    None values off Linux."""
 
     def __init__(self, pid: int | None):
         self.pid = pid
         self.before = tree_cpu_seconds(pid) if pid else None
         self.faults_before = minor_faults(pid) if pid else None
+        self.own_before = time.process_time()
         self.t0 = time.perf_counter()
 
     def stop(self) -> dict:
         elapsed = time.perf_counter() - self.t0
+        result = {
+            "seconds": elapsed,
+            "broker_cpu_pct": None,
+            "workers_cpu_pct": None,
+            "broker_faults_per_s": None,
+            "own_cpu_pct": 100 * (time.process_time() - self.own_before) / elapsed,
+        }
         after = tree_cpu_seconds(self.pid) if self.pid else None
         faults = minor_faults(self.pid) if self.pid else None
         if self.before is None or after is None or faults is None:
-            return {"seconds": elapsed, "broker_cpu_pct": None, "workers_cpu_pct": None, "broker_faults_per_s": None}
-        own, workers = (100 * (a - b) / elapsed for a, b in zip(after, self.before))
-        return {
-            "seconds": elapsed,
-            "broker_cpu_pct": own + workers,
-            "workers_cpu_pct": workers,
-            "broker_faults_per_s": (faults - self.faults_before) / elapsed,
-        }
+            return result
+        broker, workers = (100 * (a - b) / elapsed for a, b in zip(after, self.before))
+        result.update(
+            broker_cpu_pct=broker + workers,
+            workers_cpu_pct=workers,
+            broker_faults_per_s=(faults - self.faults_before) / elapsed,
+        )
+        return result
 
 
 def create_topic(bootstrap: str, topic: str, config: dict[str, str] | None = None, partitions: int = 1) -> None:

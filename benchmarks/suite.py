@@ -16,7 +16,11 @@ brokkr started as produce.py starts it, the mock through mock_cluster.py. Every 
 brokkr/mock. Broker CPU is measured over each timed stretch, for brokkr's whole process tree
 (its offload workers decompress and walk large compressed batches on other cores).
 
-    .venv/bin/python benchmarks/suite.py [--repeat N] [--only NAME[,NAME]] [--quick] [--json PATH]
+With ``--pin`` the targets share one CPU and the clients have the others, as a broker on a
+machine of its own: the ratios then say whether a target keeps up with its clients, where
+by default (every process on every CPU) they also say how much CPU it takes from them.
+
+    .venv/bin/python benchmarks/suite.py [--repeat N] [--only NAME[,NAME]] [--quick] [--pin] [--json PATH]
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from mock_cluster import MockCluster  # benchmarks/ is the script's directory
 from produce import (
     WARMUP_RECORDS,
     CpuMeter,
+    cpu_seconds,
     create_topic,
     free_port,
     new_producer,
@@ -233,10 +238,16 @@ def connections(suite: Suite, target: Target, round_: int) -> dict:
         if held < n:
             raise Fail(f"{target.name} holds {held} connections, {n} producers connected")
         meter = CpuMeter(target.pid)
+        clients_before = clients_cpu_seconds(procs)
         start = time.monotonic()
         go.set()
         done = collect(reports, len(procs), "done", RUN_TIMEOUT_S)
         cpu = meter.stop()
+        clients = clients_cpu_seconds(procs)
+        if None in (clients, clients_before):
+            cpu["own_cpu_pct"] = None
+        else:
+            cpu["own_cpu_pct"] = 100 * (clients - clients_before) / cpu["seconds"]
         for proc in procs:
             proc.join(timeout=30)
     finally:
@@ -255,6 +266,12 @@ def connections(suite: Suite, target: Target, round_: int) -> dict:
         **cpu,
         "seconds": elapsed,
     }
+
+
+def clients_cpu_seconds(procs) -> float | None:
+    """The CPU seconds of the client processes so far (None off Linux)."""
+    seconds = [cpu_seconds(proc.pid) for proc in procs]
+    return None if None in seconds else sum(seconds)
 
 
 def collect(reports, count: int, phase: str, timeout: float) -> list[dict]:
@@ -448,12 +465,14 @@ def describe(scenario: Scenario, result: dict) -> str:
     if "target_records_per_s" in result:
         figures += f" (paced at {result['target_records_per_s']:,.0f}/s, achieved {result['records_per_s']:,.0f}/s)"
     cpu = result.get("broker_cpu_pct")
-    if cpu is None:
-        return figures
-    return (
-        f"{figures}, broker CPU {cpu:.0f}% (workers {result['workers_cpu_pct']:.0f}%), "
-        f"{result['broker_faults_per_s']:,.0f} page faults/s"
-    )
+    if cpu is not None:
+        figures += (
+            f", broker CPU {cpu:.0f}% (workers {result['workers_cpu_pct']:.0f}%), "
+            f"{result['broker_faults_per_s']:,.0f} page faults/s"
+        )
+    if result.get("own_cpu_pct") is not None:
+        figures += f", clients' CPU {result['own_cpu_pct']:.0f}%"
+    return figures
 
 
 def summarize(suite: Suite) -> list[dict]:
@@ -475,7 +494,7 @@ def summarize(suite: Suite) -> list[dict]:
                 if (v := [r[key] for r in by_target[t] if r.get(key) is not None])
                 else None
                 for t in ("brokkr", "mock")
-                for key in ("broker_cpu_pct", "workers_cpu_pct")
+                for key in ("broker_cpu_pct", "workers_cpu_pct", "own_cpu_pct")
             }
             rate = f"{suite.half_load():,.0f}" if "{rate}" in row.measure else ""
             rows.append(
@@ -493,15 +512,31 @@ def summarize(suite: Suite) -> list[dict]:
     return rows
 
 
+def pin_cpus() -> tuple[set[int], set[int]]:
+    """``--pin``'s (targets' CPUs, clients' CPUs): the last CPU this process may run on for
+    the targets (they take turns, one measured at a time), every other one for the clients."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit(f"--pin needs at least 2 CPUs to run on; this process may use {len(cpus)}")
+    return {cpus[-1]}, set(cpus[:-1])
+
+
+def cpu_list(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
 def print_table(rows: list[dict], opts: argparse.Namespace, out) -> None:
+    pinned = ""
+    if opts.pin:
+        pinned = f"; targets on CPU {cpu_list(opts.pinned[0])}, clients on CPU {cpu_list(opts.pinned[1])}"
     print(
         f"\nbrokkr vs librdkafka's mock cluster, median of {opts.repeat} alternating run(s) per target"
-        f"{' (--quick)' if opts.quick else ''}",
+        f"{' (--quick)' if opts.quick else ''}{pinned}",
         file=out,
     )
     header = (
         f"{'scenario':<19}{'measure':<24}{'brokkr':>12}{'mock':>12}{'brokkr/mock':>12}  {'goal':<7}{'met':<9}"
-        f"{'brokkr CPU (workers)':>21}{'mock CPU':>10}"
+        f"{'brokkr CPU (workers)':>21}{'mock CPU':>10}{'clients':>12}"
     )
     print(header, file=out)
     print("-" * len(header), file=out)
@@ -515,12 +550,14 @@ def print_table(rows: list[dict], opts: argparse.Namespace, out) -> None:
             cpu += f" ({pct(row['brokkr_workers_cpu_pct'])})"
         print(
             f"{row['scenario']:<19}{row['measure']:<24}{row['brokkr']:>12,.2f}{row['mock']:>12,.2f}"
-            f"{row['ratio']:>12.3f}  {row['goal'] or '-':<7}{met:<9}{cpu:>21}{pct(row['mock_broker_cpu_pct']):>10}",
+            f"{row['ratio']:>12.3f}  {row['goal'] or '-':<7}{met:<9}{cpu:>21}{pct(row['mock_broker_cpu_pct']):>10}"
+            f"{pct(row['brokkr_own_cpu_pct']) + ' / ' + pct(row['mock_own_cpu_pct']):>12}",
             file=out,
         )
     print(
         "(CPU: of one core, over the timed stretch; brokkr's includes its offload worker processes,\n"
-        " shown in brackets. Throughput ratios: higher is better; latency ratios: lower is better.)",
+        " shown in brackets; clients: the clients' own, beside brokkr / beside the mock.\n"
+        " Throughput ratios: higher is better; latency ratios: lower is better.)",
         file=out,
     )
 
@@ -575,12 +612,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tenth of the records, 1 round")
     parser.add_argument("--latency-seconds", type=float, help="length of a latency run (5; --quick: 2)")
     parser.add_argument("--connections", type=int, default=500, help="producers in connections-500 (500)")
+    parser.add_argument(
+        "--pin", action="store_true", help="run both targets on one CPU and the clients on the others (Linux)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write config, every run, medians and ratios as JSON")
     opts = parser.parse_args(argv)
     opts.repeat = opts.repeat or (1 if opts.quick else 3)
     opts.latency_seconds = opts.latency_seconds or (2.0 if opts.quick else 5.0)
     opts.scaled = (lambda n: n // 10) if opts.quick else (lambda n: n)
     scenarios = selected(opts.only)
+    opts.pinned = pin_cpus() if opts.pin else None
 
     suite = Suite(opts)
     broker_log, mock_log = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
@@ -589,8 +630,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="brokkr-suite-") as data_dir:
         try:
             port = free_port()
+            if opts.pin:  # the targets inherit this CPU set; the clients, started later, the other
+                os.sched_setaffinity(0, opts.pinned[0])
             broker = start_broker(port, data_dir, broker_log)
             mock = MockCluster(stderr=mock_log)
+            if opts.pin:
+                os.sched_setaffinity(0, opts.pinned[1])
             targets = {
                 "brokkr": Target(
                     "brokkr",
@@ -629,8 +674,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"suite took {time.monotonic() - started:.0f}s")
     if opts.json:
         doc = {
-            "config": {k: v for k, v in vars(opts).items() if k != "scaled"},
+            "config": {k: v for k, v in vars(opts).items() if k not in ("scaled", "pinned")},
             "machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg()},
+            "pinned": {"targets": sorted(opts.pinned[0]), "clients": sorted(opts.pinned[1])} if opts.pin else None,
             "table": rows,
             "runs": suite.runs,
             "failures": suite.failures,
