@@ -14,7 +14,8 @@ Both targets run in processes of their own, reached over loopback TCP from the s
 brokkr started as produce.py starts it, the mock through mock_cluster.py. Every scenario runs
 ``--repeat`` rounds, brokkr and the mock alternating (ABBA), and reports medians; the ratio is
 brokkr/mock. Broker CPU is measured over each timed stretch, for brokkr's whole process tree
-(its offload workers decompress and walk large compressed batches on other cores).
+(its offload workers decompress and walk large compressed batches on other cores), and so
+is the clients' own CPU: a client near all it may use is what sets the pace.
 
 With ``--pin`` the targets share one CPU and the clients have the others, as a broker on a
 machine of its own: the ratios then say whether a target keeps up with its clients, where
