@@ -516,6 +516,8 @@ def summarize(suite: Suite) -> list[dict]:
 def pin_cpus() -> tuple[set[int], set[int]]:
     """``--pin``'s (targets' CPUs, clients' CPUs): the last CPU this process may run on for
     the targets (they take turns, one measured at a time), every other one for the clients."""
+    if not hasattr(os, "sched_setaffinity"):
+        raise SystemExit("--pin needs CPU affinity (Linux's sched_setaffinity)")
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         raise SystemExit(f"--pin needs at least 2 CPUs to run on; this process may use {len(cpus)}")
