@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from brokkr.core.broker import Broker
 from brokkr.core.context import ANONYMOUS, ConnectionInfo
@@ -44,14 +46,21 @@ def produce_frame(
     return encode_request(PRODUCE, PRODUCE_VERSION, 1, client_id, body)
 
 
-def timed_run(bootstrap: str, pid: int, frame: bytes, warmup: int, requests: int, in_flight: int):
+def timed_run(bootstrap: str, pid: int, frame: bytes, warmup: int, requests: int, in_flight: int, connections: int = 1):
     """(seconds, broker CPU % of one core or None) for ``requests`` pipelined sends of
-    ``frame``, after ``warmup`` untimed ones."""
-    with RawClient(bootstrap, timeout=RUN_TIMEOUT_S) as client:
-        send_requests(client, frame, warmup, in_flight)
+    ``frame``, after ``warmup`` untimed ones, shared out over ``connections`` connections,
+    each from a thread of its own with up to ``in_flight`` unanswered."""
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(connections) as pool:
+        clients = [stack.enter_context(RawClient(bootstrap, timeout=RUN_TIMEOUT_S)) for _ in range(connections)]
+
+        def send_all(n: int) -> None:
+            shares = [n // connections + (i < n % connections) for i in range(connections)]
+            list(pool.map(send_requests, clients, [frame] * connections, shares, [in_flight] * connections))
+
+        send_all(warmup)
         cpu_before = cpu_seconds(pid)
         start = time.perf_counter()
-        send_requests(client, frame, requests, in_flight)
+        send_all(requests)
         elapsed = time.perf_counter() - start
         cpu_after = cpu_seconds(pid)
     cpu = None if cpu_before is None or cpu_after is None else 100 * (cpu_after - cpu_before) / elapsed
@@ -114,6 +123,13 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1, help="partitions each request writes to (1)")
     parser.add_argument("--requests", type=int, default=20000, help="timed requests per run (20000)")
     parser.add_argument("--in-flight", type=int, default=20, help="requests sent ahead of their answers (20)")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=1,
+        help="connections sharing the requests, each with --in-flight unanswered (1); with --in-flight 1, many "
+        "keep the broker busy with requests that each arrive alone, as many producers do",
+    )
     parser.add_argument("--runs", type=int, default=3, help="timed runs; their median is reported (3)")
     parser.add_argument("--log-dirs", default=None, help="segment files here (default: a new temporary directory)")
     parser.add_argument(
@@ -129,6 +145,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.spread and (not args.in_process or args.partitions != 1):
         parser.error("--spread needs --in-process, and one partition a request")
+    if args.connections < 1 or (args.connections > 1 and args.in_process):
+        parser.error("--connections needs a positive count, and sockets (not --in-process)")
     batch = build_batch([(b"key-%d" % i, b"x" * 100) for i in range(args.records)], timestamp=int(time.time() * 1000))
     if args.spread:
         frames = [produce_frame("raw", batch, first=i) for i in range(args.spread)]
@@ -159,7 +177,9 @@ def run(args, frames: list[bytes], described: str, log_dir: str) -> None:
         per_request = []
         for round_ in range(args.runs):
             warmup = 2000 if round_ == 0 else 0  # untimed, before the first run's clock starts
-            elapsed, cpu = timed_run(bootstrap, proc.pid, frames[0], warmup, args.requests, args.in_flight)
+            elapsed, cpu = timed_run(
+                bootstrap, proc.pid, frames[0], warmup, args.requests, args.in_flight, args.connections
+            )
             per_request.append(cpu / 100 * elapsed / args.requests * 1e6)
             print(
                 f"{args.requests / elapsed:,.0f} requests/s, broker CPU {cpu:.0f}%: {per_request[-1]:.1f} us a request"
