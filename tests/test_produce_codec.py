@@ -167,9 +167,10 @@ def test_the_c_reader_accepts_exactly_what_the_python_reader_accepts(version):
 
 @pytest.mark.parametrize("partitions", [127, 128, 1000])
 def test_both_readers_take_a_topic_of_many_partitions(partitions):
-    """A partition count of 127 or more takes two bytes (librdkafka's request to a topic
-    of 1,000 partitions): both readers take it, and refuse it with a count beyond the
-    bytes that follow, or cut anywhere in it."""
+    """A partition count of 127 or more takes two bytes (the Java client's, kafka-python's
+    or aiokafka's request to a topic of 1,000 partitions; librdkafka sends one partition a
+    request): both readers take it, and refuse it with a count beyond the bytes that
+    follow, or cut anywhere in it."""
     if produce_codec._produce is None:
         pytest.skip("brokkr.core.protocol._produce is not built")
     parts = [REQ.struct("PartitionProduceData")(index=i, records=b"r%d" % i) for i in range(partitions)]

@@ -216,7 +216,8 @@ def test_a_growth_that_fails_midway_leaves_the_topic_as_it_was(brokkr_broker_fac
     log_dir = tmp_path / "data"
     broker = brokkr_broker_factory({"log.dirs": str(log_dir)})
     with RawClient(broker.bootstrap_servers) as c:
-        c.request(CREATE_TOPICS, 7, create_body("stunted", 2))
+        [created] = c.request(CREATE_TOPICS, 7, create_body("stunted", 2)).topics
+        assert created.error_code == ErrorCode.NONE
         slow = SlowStorage(broker, fail_at=20)
         [failed] = c.request(CREATE_PARTITIONS, 3, grow_body("stunted", GROWN)).results
         assert failed.error_code != ErrorCode.NONE
