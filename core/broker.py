@@ -33,7 +33,7 @@ from .context import RequestContext
 from .delayed import DelayedOperation, Purgatory
 from .errors import BrokkrError, ConfigError, ErrorCode
 from .listeners import configured_listeners
-from .log import AppendInfo, OffsetOutOfRange, Storage, StoredTopic
+from .log import OPEN_TURN_S, AppendInfo, OffsetOutOfRange, Storage, StoredTopic
 from .offload import OffloadPool
 from .partition import CLUSTER_METADATA_TOPIC, Partition, Topic, validate_topic_name
 from .plugins import create_plugin_manager, describe_plugins
@@ -47,8 +47,6 @@ from .validation import ValidatedRecords
 log = logging.getLogger("brokkr")
 #: The storage document of the broker settings changed at run time.
 DYNAMIC_CONFIGS = "dynamic-broker-configs"
-#: How long one turn of :meth:`Broker.create_topic_in_turns` may hold the event loop.
-OPEN_TURN_S = 0.002
 
 
 class Broker:

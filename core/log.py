@@ -24,6 +24,13 @@ if TYPE_CHECKING:
     from .validation import Codec
 
 
+#: How long opening logs may hold the event loop in one turn: a topic created or grown
+#: (:meth:`~brokkr.core.broker.Broker.create_topic_in_turns`), a cluster broker's new
+#: replicas (:meth:`~brokkr.core.replication.ReplicaManager.apply`). Other requests are
+#: served between turns.
+OPEN_TURN_S = 0.002
+
+
 class OffsetOutOfRange(BrokkrError):
     code = ErrorCode.OFFSET_OUT_OF_RANGE
 

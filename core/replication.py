@@ -34,7 +34,7 @@ from .broker_client import BrokerClient
 from .cluster import BrokerInfo, ClusterMembership, PartitionState, TopicAssignment
 from .controller import Controller, place_replicas
 from .errors import BrokkrError, ConfigError, ErrorCode
-from .log import OffsetOutOfRange
+from .log import OPEN_TURN_S, OffsetOutOfRange
 from .protocol.frames import request_spec
 from .protocol.records import iter_batches_untrusted
 
@@ -59,6 +59,9 @@ class ReplicaManager:
         self.lag_time_s: float = config["replica.lag.time.max.ms"] / 1000
         self.num_fetchers: int = config["num.replica.fetchers"]
         self._dirty = asyncio.Event()
+        # Sessions lost so far, and how many had been when the membership last reported a
+        # change: an apply of what an earlier session read ends (see apply).
+        self._sessions_lost = self._changed_in = 0
         self._task: asyncio.Task | None = None
         self._isr_task: asyncio.Task | None = None
 
@@ -115,6 +118,7 @@ class ReplicaManager:
     # -- ClusterListener --------------------------------------------------------------
 
     def cluster_changed(self) -> None:
+        self._changed_in = self._sessions_lost
         self._dirty.set()
 
     def session_lost(self) -> None:
@@ -123,6 +127,7 @@ class ReplicaManager:
         and stops fetching. Once the membership has registered it again, the next apply
         makes it a follower of the new leaders (truncating what diverged) and it rejoins
         the ISR, as a Kafka broker does after its ZooKeeper session expired."""
+        self._sessions_lost += 1
         for topic in self.broker.topics.values():
             for partition in topic.local_partitions():
                 if partition.is_leader:
@@ -137,19 +142,32 @@ class ReplicaManager:
         while True:
             await self._dirty.wait()
             self._dirty.clear()
+            sessions_lost = self._changed_in
             try:
                 if self.membership.controller_id == self.node_id:
                     await self.controller.reconcile()
                     await self.controller.rebalance_leaders(time.monotonic())
-                self.apply()
+                await self.apply(sessions_lost)
             except Exception:
                 log.exception("applying the cluster state failed; retrying")
                 await asyncio.sleep(1)
                 self._dirty.set()
 
-    def apply(self) -> None:
-        """Make the local replicas match the membership's topics and partition states."""
+    async def apply(self, sessions_lost: int) -> None:
+        """Make the local replicas match the membership's topics and partition states, as
+        read in the session that ``sessions_lost`` names (the count of sessions lost when
+        the membership reported them).
+
+        Replicas new to this broker (a topic created or grown, a reassignment, every replica
+        at start) are opened a turn at a time (``OPEN_TURN_S``), as a single broker opens a
+        topic's logs: other requests are served between turns, and a replica not yet open
+        is not served here, as before it was assigned. Should the session be lost before or
+        during the apply, it ends there: its states are stale, and the next apply, once the
+        broker has registered again, starts from the new ones."""
+        if self._sessions_lost != sessions_lost:
+            return
         broker, m = self.broker, self.membership
+        turn_ends = time.perf_counter() + OPEN_TURN_S
         following: dict[Partition, int] = {}
         for name, assignment in m.topics().items():
             topic = broker.topics.get(name)
@@ -166,13 +184,21 @@ class ReplicaManager:
                     if index < len(topic.partitions) and topic.partitions[index] is not None:
                         self._drop_replica(topic, index)  # reassigned away from this broker
                     continue
-                partition = topic.partitions[index] or broker.open_cluster_partition(topic, index)
+                partition = topic.partitions[index]
+                opened = partition is None
+                if opened:
+                    partition = broker.open_cluster_partition(topic, index)
                 partition.replicas = replicas
                 state = m.partition_state(name, index)
                 if state is not None:
                     self._apply_state(partition, state)
                     if not partition.is_leader and partition.leader_id >= 0:
                         following[partition] = partition.leader_id
+                if opened and time.perf_counter() > turn_ends:
+                    await asyncio.sleep(0)
+                    if self._sessions_lost != sessions_lost:
+                        return
+                    turn_ends = time.perf_counter() + OPEN_TURN_S
         for name in [n for n in broker.topics if n not in m.topics()]:
             broker.delete_topic(name)
         self._update_fetchers(following)

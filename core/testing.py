@@ -157,7 +157,8 @@ def brokkr_zookeeper(brokkr_zookeeper_server: str) -> str:
 @pytest.fixture
 def brokkr_cluster(brokkr_broker_factory: Any, brokkr_zookeeper: str, tmp_path_factory: pytest.TempPathFactory):
     """``brokkr_cluster(n=3, **settings)``: brokers 1..n of one cluster (dots in setting
-    names written as underscores), stopped after the test."""
+    names written as underscores), stopped after the test. It returns once every broker
+    knows every other as live, so that a topic created at once may have n replicas."""
 
     def start(n: int = 3, plugins: tuple = (), **settings: Any) -> list[BrokerThread]:
         root = tmp_path_factory.mktemp("brokkr-cluster")
@@ -167,6 +168,12 @@ def brokkr_cluster(brokkr_broker_factory: Any, brokkr_zookeeper: str, tmp_path_f
             config.update(CLUSTER_SETTINGS)
             config.update({k.replace("_", "."): v for k, v in settings.items()})
             brokers.append(brokkr_broker_factory(config, plugins))
+        nodes = set(range(1, n + 1))
+        deadline = time.monotonic() + 30
+        while not all(set(b.broker.replicas.membership.brokers()) == nodes for b in brokers):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"brokers {sorted(nodes)} did not all see each other within 30 s")
+            time.sleep(0.02)
         return brokers
 
     return start

@@ -7,13 +7,10 @@ partitions appear together, growths and deletions of one topic wait for each oth
 
 from __future__ import annotations
 
-import errno
-import threading
-import time
-
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.testing import RawClient
+from slow_storage import SlowStorage
 from waiting import wait_for
 from wire import (
     API_VERSIONS,
@@ -31,7 +28,6 @@ CreateTopics = request_spec(CREATE_TOPICS)
 CreatePartitions = request_spec(CREATE_PARTITIONS)
 DeleteTopics = request_spec(DELETE_TOPICS)
 PARTITIONS = 300
-SLOW_OPEN_S = 0.002  # a slow disk: 0.6 s for the whole topic
 
 
 def create_body(name: str, partitions: int = PARTITIONS):
@@ -48,30 +44,6 @@ def partition_count(client, name: str) -> int:
     [seen] = client.request(METADATA, 12, metadata_body(name, auto_create=False)).topics
     assert seen.error_code == ErrorCode.NONE
     return len(seen.partitions)
-
-
-class SlowStorage:
-    """Wraps a running broker's ``storage.open_log``: each call waits first, and the call
-    numbered ``fail_at`` (from 0) raises ENOSPC instead."""
-
-    def __init__(self, broker, fail_at: int | None = None):
-        self.storage = broker.broker.storage
-        self.original = self.storage.open_log
-        self.fail_at = fail_at
-        self.opened = 0
-        self.lock = threading.Lock()
-        self.storage.open_log = self.open_log
-
-    def open_log(self, *args):
-        time.sleep(SLOW_OPEN_S)
-        with self.lock:
-            if self.opened == self.fail_at:
-                raise OSError(errno.ENOSPC, "No space left on device")
-            self.opened += 1
-        return self.original(*args)
-
-    def restore(self) -> None:
-        self.storage.open_log = self.original
 
 
 def partition_dirs(log_dir, topic: str) -> list[str]:

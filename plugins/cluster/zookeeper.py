@@ -277,6 +277,8 @@ class ZooKeeperMembership:
                 time.sleep(0.2)
                 self._schedule_refresh()
             return
+        if self._expired:  # read in a session since lost: registering again re-reads everything
+            return
         self._brokers, self._topics, self._states = brokers, topics, states
         if self._loop is not None and self._listener is not None and not self._closing:
             self._loop.call_soon_threadsafe(self._listener.cluster_changed)

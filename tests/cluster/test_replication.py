@@ -17,8 +17,10 @@ from brokkr.core.plugins import hookimpl
 from brokkr.core.testing import CLUSTER_SETTINGS as CLUSTER
 
 from tests.serve import Served
+from tests.slow_storage import SlowStorage
 from tests.waiting import wait_for
 from tests.wire import (
+    API_VERSIONS,
     FETCH,
     INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH,
@@ -424,6 +426,70 @@ def test_partitions_and_settings_changed_on_one_broker_reach_every_broker(brokkr
         "every broker to apply the setting",
         lambda: all(b.call(lambda b=b: b.broker.topics["grow"].config["retention.ms"]) == 123456 for b in brokers),
     )
+
+
+WIDE = 300  # partitions: 0.6 s of opening at SlowStorage's pace
+
+
+def test_a_cluster_broker_opens_its_new_replicas_a_turn_at_a_time(brokkr_cluster):
+    """Replicas a topic's creation gives a broker are opened between other requests, as a
+    single broker opens a new topic's logs: a slow disk does not stall its connections."""
+    from brokkr.core.protocol.frames import request_spec
+
+    brokers = brokkr_cluster(2)
+    slow = SlowStorage(brokers[1])
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    created = admin.create_topics([NewTopic("wide", WIDE, 2)])["wide"]
+    wait_for("broker 2 to open its first replicas", lambda: slow.opened > 0)
+    versions = request_spec(API_VERSIONS).cls(client_software_name="test", client_software_version="1")
+    with RawClient(brokers[1].bootstrap_servers) as other:
+        assert other.request(API_VERSIONS, 3, versions).error_code == ErrorCode.NONE
+    assert slow.opened < WIDE, "broker 2 answered only once every replica was open"
+    created.result(DEADLINE)
+    placed = wait_for("leaders of wide", lambda: leaders(brokers, "wide", WIDE))
+    assert slow.opened == WIDE and all(replicas == [1, 2] for _, replicas, _ in placed.values())
+
+
+def test_a_session_lost_while_replicas_open_ends_that_apply_without_leading(brokkr_cluster):
+    """An apply paused between turns whose ZooKeeper session is lost meanwhile goes no
+    further: its partition states are stale, and a broker out of the cluster must lead
+    nothing. Once registered again (the membership re-reads everything and reports a
+    change), the next apply opens the rest and takes up its leaderships."""
+    from kazoo.protocol.states import KazooState
+
+    brokers = brokkr_cluster(2)
+    b2 = brokers[1]
+    slow = SlowStorage(b2)
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    admin.create_topics([NewTopic("wide", WIDE, 2)])["wide"].result(DEADLINE)
+    wait_for("broker 2 to be opening its replicas", lambda: slow.opened > 10)
+    replicas = b2.broker.replicas
+    membership = replicas.membership
+
+    def led() -> list[str]:
+        return [p.name for t in b2.broker.topics.values() for p in t.local_partitions() if p.is_leader]
+
+    membership._state_changed(KazooState.LOST)  # from this thread, as kazoo's reports it
+    wait_for("the loss to reach the broker", lambda: replicas._sessions_lost == 1)
+    opened = slow.opened
+    assert 0 < opened < WIDE
+    time.sleep(0.3)  # 150 more replicas' worth of opening, had the apply gone on
+    assert slow.opened == opened
+    assert b2.call(led) == []
+
+    def registered_again() -> None:  # ZooKeeperMembership._rejoin once registered (here the session lives on)
+        membership._expired = False
+        membership._schedule_refresh()
+
+    b2.call(registered_again)
+    wait_for("every replica open", lambda: slow.opened == WIDE)
+
+    def leads_its_share() -> bool:
+        placed = leaders(brokers, "wide", WIDE) or {}
+        share = sorted(f"wide-{i}" for i, (leader, _, _) in placed.items() if leader == 2)
+        return bool(share) and sorted(b2.call(led)) == share
+
+    wait_for("broker 2 to lead what the cluster says it leads", leads_its_share)
 
 
 def test_kafka_python_and_aiokafka_against_a_cluster(brokkr_cluster):
