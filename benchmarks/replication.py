@@ -10,7 +10,11 @@ One command, four measurements, each against a reference taken in the same run:
    of an idempotent acks=all producer producing continuously; bounded below by
    ``zookeeper.session.timeout.ms`` (reported), median of several kills;
 4. total throughput of a 2-broker cluster, two RF=1 topics each led by a different broker,
-   against one broker without ZooKeeper taking the same two topics.
+   against one broker without ZooKeeper taking the same two topics;
+5. creation of a topic of ``--create-partitions`` (1000) partitions, RF=2, on a 2-broker
+   cluster: the time until every partition has a leader and both replicas in sync, and the
+   longest round trip of an ApiVersions probe (loop_lag.py's, every 2 ms) to the broker
+   that is not the controller, against the probe's longest before the creation.
 
 ZooKeeper (Debian's package, tickTime 500 ms) and every broker (``python -m
 brokkr.core.cli serve``) are subprocesses on free ports with temporary directories, all
@@ -590,6 +594,57 @@ def scaling(root: Path, zk: str, args, out: dict) -> None:
         out["broker_logs"].update({b.name: b.tail(2000) for b in [single, *cluster] if b.tail(2000).strip()})
 
 
+def creation(root: Path, zk: str, args, out: dict) -> None:
+    """5: a topic of args.create_partitions partitions, RF=2, on a 2-broker cluster."""
+    rounds = []
+    for r in range(args.repeat):
+        settings = {"zookeeper.session.timeout.ms": args.session_timeout_ms}
+        brokers, admin = start_cluster(root, zk, f"create{r}", 2, **settings)
+        try:
+            rounds.append(creation_run(brokers, admin, args.create_partitions))
+        finally:
+            stop_all(brokers)
+            out["broker_logs"].update({b.name: b.tail(2000) for b in brokers if b.tail(2000).strip()})
+        last = rounds[-1]
+        log(f"  creation run {r + 1}/{args.repeat}: {last['seconds']:.2f} s, probe {last['probe_max_ms']:.1f} ms")
+    out["creation"] = {
+        "partitions": args.create_partitions,
+        "runs": rounds,
+        "median": {k: statistics.median(r[k] for r in rounds) for k in rounds[0]},
+    }
+
+
+def creation_run(brokers: list[Broker], admin: AdminClient, n: int) -> dict:
+    """Create topic "wide" (n partitions, RF=2) while loop_lag.py's probe times ApiVersions
+    round trips to the broker that is not the controller."""
+    from loop_lag import Probe
+
+    def complete() -> bool:
+        t = admin.list_topics("wide", timeout=10).topics.get("wide")
+        return (
+            t is not None
+            and t.error is None
+            and len(t.partitions) == n
+            and all(p.leader >= 0 and len(p.isrs) == 2 for p in t.partitions.values())
+        )
+
+    def create(_seconds: float) -> None:
+        new = NewTopic("wide", num_partitions=n, replication_factor=2)
+        admin.create_topics([new], operation_timeout=60, request_timeout=60)["wide"].result(RUN_TIMEOUT_S)
+        wait_for(f"{n} partitions with leaders and full ISRs", complete, timeout=RUN_TIMEOUT_S)
+
+    controller = admin.list_topics(timeout=10).controller_id
+    probe = Probe(next(b for b in brokers if b.node_id != controller).bootstrap, 0.002)
+    probe.start()
+    try:
+        idle = probe.measure(1.0)
+        started = time.monotonic()
+        during = probe.measure(0, load=create)
+        return {"seconds": time.monotonic() - started, "probe_max_ms": max(during), "idle_probe_max_ms": max(idle)}
+    finally:
+        probe.done.set()
+
+
 def summarize(runs: list[dict]) -> dict:
     s = {m: median(runs, m) for m in ("records_per_s", "mb_per_s", "p50_ms", "p99_ms")}
     s["cpu_pct"] = {g: statistics.median(r["cpu_pct"][g] for r in runs) for g in runs[0]["cpu_pct"]}
@@ -692,6 +747,16 @@ def report(out: dict, args) -> None:
                 f"{s['errors']:>8}  {cpu_cols(s['cpu_pct'])}"
             )
         say(f"{'cluster/single':<30}{sc['ratio_cluster_over_single']:>12.3f}   (ideal with spare cores: 2.0)")
+    if "creation" in out:
+        c = out["creation"]
+        say(f"\n5. creation of a topic of {c['partitions']} partitions, RF=2, 2 brokers")
+        for i, r in enumerate(c["runs"], 1):
+            say(
+                f"  run {i}: every leader and full ISR in {r['seconds']:.2f} s; the other broker's longest probe "
+                f"{r['probe_max_ms']:.1f} ms (before the creation: {r['idle_probe_max_ms']:.1f} ms)"
+            )
+        med = c["median"]
+        say(f"  median {med['seconds']:.2f} s, longest probe {med['probe_max_ms']:.1f} ms")
     if "error" in out:
         say(f"\nFAILED: {out['error']}")
 
@@ -730,8 +795,12 @@ def main(argv: list[str] | None = None) -> int:
         "--session-timeout-ms", type=int, default=4000, help="zookeeper.session.timeout.ms of every cluster (4000)"
     )
     parser.add_argument(
-        "--only", action="append", choices=["acks", "failover", "scaling"], help="run only these parts (repeatable)"
+        "--only",
+        action="append",
+        choices=["acks", "failover", "scaling", "creation"],
+        help="run only these parts (repeatable)",
     )
+    parser.add_argument("--create-partitions", type=int, default=1000, help="partitions of part 5's topic (1000)")
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 20000 records, 2 runs, 2 kills, 3 s latency runs, 10 s cap"
     )
@@ -752,7 +821,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json == "-":
         _report = sys.stderr
     EXTRA_SETTINGS.update(args.settings)
-    parts = args.only or ["acks", "failover", "scaling"]
+    parts = args.only or ["acks", "failover", "scaling", "creation"]
     out: dict = {
         "config": vars(args),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
@@ -764,7 +833,13 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         try:
             with open(root / "zookeeper.log", "w") as zk_log, zookeeper_server(root / "zookeeper", zk_log) as zk:
-                for name, fn in (("acks", cluster_acks), ("failover", failover), ("scaling", scaling)):
+                parts_run = (
+                    ("acks", cluster_acks),
+                    ("failover", failover),
+                    ("scaling", scaling),
+                    ("creation", creation),
+                )
+                for name, fn in parts_run:
                     if name in parts:
                         log(f"{name}...")
                         fn(root, zk, args, out)

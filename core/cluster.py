@@ -22,6 +22,7 @@ decide everything else from that cache.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Protocol
 
 import attrs
@@ -131,6 +132,14 @@ class ClusterMembership(Protocol):
         """Store ``state`` if the stored version is still ``state.version`` (or, for a
         partition without state, create it). Returns the stored state with its new version,
         or None when another writer got there first (the cache is then refreshed)."""
+
+    async def write_partition_states(
+        self, writes: Sequence[tuple[str, int, PartitionState]]
+    ) -> list[PartitionState | None]:
+        """:meth:`write_partition_state` for each ``(topic, partition, state)``, each on its
+        own terms, the results in order: the controller's writes for many partitions at
+        once (a topic's creation, the partitions a failed broker led), which a membership
+        may send together, as Kafka's controller pipelines its ZooKeeper writes."""
 
     async def reserve_producer_ids(self, count: int, floor: int) -> int:
         """Reserve the next ``count`` producer ids of the cluster, none below ``floor``, for

@@ -65,25 +65,21 @@ class Controller:
     async def reconcile(self) -> None:
         m = self.manager.membership
         live = set(m.brokers())
+        writes = []
         for name, assignment in list(m.topics().items()):
             for index in sorted(set(assignment.adding) | set(assignment.removing)):
                 current = m.topics().get(name)  # each completion rewrites the topic
                 if current is not None:
                     await self._complete_reassignment(current, index, live)
             for index, replicas in assignment.replicas.items():
-                state = m.partition_state(name, index)
-                new = self.decide(replicas, state, live, m.controller_epoch)
+                new = self.decide(replicas, m.partition_state(name, index), live, m.controller_epoch)
                 if new is not None:
-                    written = await m.write_partition_state(name, index, new)
-                    if written is not None:
-                        log.info(
-                            "%s-%d: leader %d at epoch %d, ISR %s",
-                            name,
-                            index,
-                            new.leader,
-                            new.leader_epoch,
-                            list(new.isr),
-                        )
+                    writes.append((name, index, new))
+        if not writes:
+            return
+        for (name, index, new), written in zip(writes, await m.write_partition_states(writes)):
+            if written is not None:
+                log.info("%s-%d: leader %d at epoch %d, ISR %s", name, index, new.leader, new.leader_epoch, [*new.isr])
 
     async def _complete_reassignment(self, assignment, index: int, live: set[int]) -> None:
         """Once every target replica is in sync: the leader moves into the target if it is

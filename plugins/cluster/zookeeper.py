@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import concurrent.futures
 import json
 import logging
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from brokkr.core.cluster import BrokerInfo, ClusterListener, PartitionState, TopicAssignment
@@ -52,6 +54,14 @@ CONFIGS = [
         ConfigType.INT,
         None,
         "How long to wait for the first connection to ZooKeeper (default: zookeeper.session.timeout.ms).",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "zookeeper.max.in.flight.requests",
+        ConfigType.INT,
+        10,
+        "How many writes of partition states the controller sends ZooKeeper before it waits for "
+        "their answers (a topic's creation, a broker's failure).",
         validator=at_least(1),
     ),
 ]
@@ -92,6 +102,7 @@ class ZooKeeperMembership:
             config["zookeeper.connection.timeout.ms"] or config["zookeeper.session.timeout.ms"]
         ) / 1000
         self.zk = KazooClient(hosts=connect, timeout=self.session_timeout)
+        self.max_in_flight: int = config["zookeeper.max.in.flight.requests"]
         self.controller_id: int | None = None
         self.controller_epoch = 0
         self.cluster_id = ""
@@ -142,7 +153,12 @@ class ZooKeeperMembership:
         await self._call(self._delete_topic, name)
 
     async def write_partition_state(self, topic: str, partition: int, state: PartitionState) -> PartitionState | None:
-        return await self._call(self._write_state, topic, partition, state)
+        return (await self._call(self._write_states, [(topic, partition, state)]))[0]
+
+    async def write_partition_states(
+        self, writes: Sequence[tuple[str, int, PartitionState]]
+    ) -> list[PartitionState | None]:
+        return await self._call(self._write_states, list(writes))
 
     async def reserve_producer_ids(self, count: int, floor: int) -> int:
         return await self._call(self._reserve_producer_ids, count, floor)
@@ -409,31 +425,55 @@ class ZooKeeperMembership:
         self.zk.delete(f"/config/topics/{name}", recursive=True)
         self._refresh("/brokers/topics")
 
-    def _write_state(self, topic: str, partition: int, state: PartitionState) -> PartitionState | None:
+    def _write_states(self, writes: list[tuple[str, int, PartitionState]]) -> list[PartitionState | None]:
+        """Each state created (no state cached) or set at its version, up to
+        ``zookeeper.max.in.flight.requests`` writes sent before the first answer is awaited
+        (ZooKeeper answers a session's requests in order, and syncs its log once for the
+        writes that arrive together). A write another writer got ahead of is None, and its
+        state is read again."""
         from kazoo.exceptions import BadVersionError, NodeExistsError
 
-        path = f"/brokers/topics/{topic}/partitions/{partition}/state"
-        data = json.dumps(
-            {
-                "controller_epoch": state.controller_epoch,
-                "leader": state.leader,
-                "version": 1,
-                "leader_epoch": state.leader_epoch,
-                "isr": list(state.isr),
-            }
-        ).encode()
-        try:
-            if self.zk.exists(path) is None:
-                self.zk.create(path, data, makepath=True)
-                version = 0
+        results: list[PartitionState | None] = []
+        sent: collections.deque = collections.deque()
+        stale = []
+
+        def answer() -> None:
+            topic, partition, state, path, created, reply = sent.popleft()
+            try:
+                stat = reply.get()
+            except (BadVersionError, NodeExistsError):
+                stale.append(path)
+                results.append(None)
+                return
+            version = 0 if created else stat.version
+            written = PartitionState(state.leader, state.leader_epoch, state.isr, state.controller_epoch, version)
+            self._states[(topic, partition)] = written
+            results.append(written)
+
+        for topic, partition, state in writes:
+            if len(sent) >= self.max_in_flight:
+                answer()
+            path = f"/brokers/topics/{topic}/partitions/{partition}/state"
+            data = json.dumps(
+                {
+                    "controller_epoch": state.controller_epoch,
+                    "leader": state.leader,
+                    "version": 1,
+                    "leader_epoch": state.leader_epoch,
+                    "isr": list(state.isr),
+                }
+            ).encode()
+            created = (topic, partition) not in self._states
+            if created:
+                reply = self.zk.create_async(path, data, makepath=True)
             else:
-                version = self.zk.set(path, data, version=state.version).version
-        except (BadVersionError, NodeExistsError):
+                reply = self.zk.set_async(path, data, version=state.version)
+            sent.append((topic, partition, state, path, created, reply))
+        while sent:
+            answer()
+        for path in stale:
             self._refresh(path)
-            return None
-        written = PartitionState(state.leader, state.leader_epoch, state.isr, state.controller_epoch, version)
-        self._states[(topic, partition)] = written
-        return written
+        return results
 
     def _reserve_producer_ids(self, count: int, floor: int) -> int:
         """Kafka's ZkProducerIdManager: read /latest_producer_id_block, write the block

@@ -428,6 +428,33 @@ def test_partitions_and_settings_changed_on_one_broker_reach_every_broker(brokkr
     )
 
 
+def test_partition_states_written_together_each_on_their_own_terms(brokkr_cluster):
+    """The controller's writes of many partition states at once (sent to ZooKeeper
+    together, zookeeper.max.in.flight.requests at a time): each is set at its version, and
+    one that names a version ZooKeeper no longer holds is None while the others land."""
+    import attrs
+
+    brokers = brokkr_cluster(2, zookeeper_max_in_flight_requests=2)
+    create(brokers, "states", 5, 2)
+    b1 = brokers[0]
+    m = b1.broker.replicas.membership
+    before = [m.partition_state("states", i) for i in range(5)]
+    writes = [("states", i, attrs.evolve(s, leader_epoch=s.leader_epoch + 1)) for i, s in enumerate(before)]
+    writes[2] = ("states", 2, attrs.evolve(writes[2][2], version=before[2].version + 7))  # another writer's
+    written = b1.call(m.write_partition_states, writes)
+    assert written[2] is None
+    for i in (0, 1, 3, 4):
+        assert (written[i].leader_epoch, written[i].version) == (before[i].leader_epoch + 1, before[i].version + 1)
+    wait_for(
+        "every broker to read the new states",
+        lambda: all(
+            b.broker.replicas.membership.partition_state("states", i).leader_epoch == before[i].leader_epoch + 1
+            for b in brokers
+            for i in (0, 1, 3, 4)
+        ),
+    )
+
+
 WIDE = 300  # partitions: 0.6 s of opening at SlowStorage's pace
 
 
@@ -447,7 +474,8 @@ def test_a_cluster_broker_opens_its_new_replicas_a_turn_at_a_time(brokkr_cluster
     assert slow.opened < WIDE, "broker 2 answered only once every replica was open"
     created.result(DEADLINE)
     placed = wait_for("leaders of wide", lambda: leaders(brokers, "wide", WIDE))
-    assert slow.opened == WIDE and all(replicas == [1, 2] for _, replicas, _ in placed.values())
+    assert all(replicas == [1, 2] for _, replicas, _ in placed.values())
+    wait_for("broker 2 to open every replica", lambda: slow.opened == WIDE)
 
 
 def test_a_session_lost_while_replicas_open_ends_that_apply_without_leading(brokkr_cluster):
