@@ -16,6 +16,7 @@ from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import request_spec  # noqa: I001
 from brokkr.core.testing import RawClient
 from serve import Served
+from waiting import wait_for
 from wire import CREATE_TOPICS, PRODUCE, batch, produce_body
 
 CreateTopics = request_spec(CREATE_TOPICS)
@@ -92,7 +93,8 @@ def test_a_full_disk_fails_appends_cleanly_and_sigterm_still_ends_the_broker(sma
             for p in (0, 1):
                 assert produce(c, p) == ErrorCode.NONE
                 acknowledged[p] += 5
-            assert "t-0: appends succeed again" in served.output()
+            # Logged before the answer went out; the thread reading the broker's stderr may lag.
+            wait_for("t-0's recovery to be logged", lambda: "t-0: appends succeed again" in served.output(), 10)
 
         fill(small_disk)
         served.proc.send_signal(signal.SIGTERM)
