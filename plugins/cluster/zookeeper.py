@@ -429,9 +429,9 @@ class ZooKeeperMembership:
         """Each state created (no state cached) or set at its version, up to
         ``zookeeper.max.in.flight.requests`` writes sent before the first answer is awaited
         (ZooKeeper answers a session's requests in order, and syncs its log once for the
-        writes that arrive together). A write another writer got ahead of is None, and its
-        state is read again."""
-        from kazoo.exceptions import BadVersionError, NodeExistsError
+        writes that arrive together). A write another writer got ahead of (or that found
+        the state gone, the topic deleted meanwhile) is None, and its state is read again."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
         results: list[PartitionState | None] = []
         sent: collections.deque = collections.deque()
@@ -441,7 +441,7 @@ class ZooKeeperMembership:
             topic, partition, state, path, created, reply = sent.popleft()
             try:
                 stat = reply.get()
-            except (BadVersionError, NodeExistsError):
+            except (BadVersionError, NodeExistsError, NoNodeError):
                 stale.append(path)
                 results.append(None)
                 return
