@@ -257,11 +257,11 @@ class ZooKeeperMembership:
         except RuntimeError:  # the worker is shut down
             pass
 
-    def _refresh(self, path: str | None = None) -> None:
+    def _refresh(self, *paths: str) -> None:
         """Re-read what changed (the znodes whose watches fired, re-arming them, and
-        ``path``) and publish the new cache; everything ("*") at join and after reconnecting."""
+        ``paths``) and publish the new cache; everything ("*") at join and after reconnecting."""
         with self._lock:
-            dirty, self._dirty = self._dirty | ({path} if path else set()), set()
+            dirty, self._dirty = self._dirty | set(paths), set()
             self._refresh_pending = False
         if self._closing:
             return
@@ -471,8 +471,8 @@ class ZooKeeperMembership:
             sent.append((topic, partition, state, path, created, reply))
         while sent:
             answer()
-        for path in stale:
-            self._refresh(path)
+        if stale:
+            self._refresh(*stale)  # once for all: each refresh copies and publishes the whole cache
         return results
 
     def _reserve_producer_ids(self, count: int, floor: int) -> int:
