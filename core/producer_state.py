@@ -302,6 +302,8 @@ class ProducerStateManager:
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of the oldest open or unreplicated transaction (None: none);
         forgets the completed ones whose marker is below ``high_watermark``."""
+        if not self.ongoing and not self.unreplicated:  # no transactions: most partitions
+            return None
         if self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
             self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
         first = next(iter(self.ongoing.values()), None)

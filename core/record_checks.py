@@ -18,15 +18,15 @@ from .errors import ErrorCode
 from .protocol.records import NO_TIMESTAMP, BatchHeader, RecordScan, decode_records
 
 if TYPE_CHECKING:
-    from .partition import Partition
+    from .config import TopicConfig
 
 LOG_APPEND_TIME = "LogAppendTime"
 
 
 @attrs.define  # not frozen: a frozen class's __init__ costs three times as much, once a batch
 class RecordRules:
-    """One topic's record rules at one instant (``now``, in ms), built once per batch and
-    not changed after."""
+    """One topic's record rules at one instant (``now``, in ms), built for each batch whose
+    records are walked (:func:`need_records` settles the others) and not changed after."""
 
     partition: str  # "topic-N", as Kafka names a TopicPartition in its messages
     now: int
@@ -35,33 +35,19 @@ class RecordRules:
     before_max_ms: int
     after_max_ms: int
 
-    @classmethod
-    def of(cls, partition: Partition, now: int) -> RecordRules:
-        config = partition.config
-        settings = config.derived.get(cls)
-        if settings is None:  # read once per change of the topic's settings
-            settings = config.derived[cls] = (
+    @staticmethod
+    def settings(config: TopicConfig) -> tuple[bool, bool, int, int]:
+        """The topic's ``log_append_time``, ``compacted``, ``before_max_ms`` and
+        ``after_max_ms``, read once per change of its settings."""
+        settings = config.derived.get(RecordRules)
+        if settings is None:
+            settings = config.derived[RecordRules] = (
                 config["message.timestamp.type"] == LOG_APPEND_TIME,
                 "compact" in config["cleanup.policy"],
                 config["message.timestamp.before.max.ms"],
                 config["message.timestamp.after.max.ms"],
             )
-        return cls(partition.name, now, *settings)
-
-    def need_records(self, header: BatchHeader) -> bool:
-        """Whether an uncompressed batch must be walked, or its header settles every rule.
-
-        Keys are only in the records. A producer setting LogAppendTime is refused record
-        by record. Otherwise the header's max timestamp bounds the records from above;
-        nothing bounds them from below, but with the default before.max.ms
-        (Long.MAX_VALUE) Kafka's check, ``now - timestamp > before.max.ms`` on longs,
-        can never be true.
-        """
-        if self.compacted or header.log_append_time:
-            return True
-        if self.log_append_time:
-            return False
-        return self.before_max_ms < LONG_MAX or header.max_timestamp - self.now > self.after_max_ms
+        return settings
 
     def pass_at_a_glance(self, header: BatchHeader, scan: RecordScan) -> bool:
         """Whether every record keeps the rules, told from the scan's arrays without
@@ -127,3 +113,21 @@ class RecordRules:
             "Producer should not set timestamp type to LogAppendTime."
             for i, r in enumerate(decode_records(header, payload))
         }
+
+
+def need_records(header: BatchHeader, now: int, settings: tuple[bool, bool, int, int]) -> bool:
+    """Whether an uncompressed batch must be walked, or its header settles every rule of a
+    topic of these :meth:`RecordRules.settings` at ``now`` (a function, not a method: the
+    common batch is settled without building a RecordRules).
+
+    Keys are only in the records. A producer setting LogAppendTime is refused record by
+    record. Otherwise the header's max timestamp bounds the records from above; nothing
+    bounds them from below, but with the default before.max.ms (Long.MAX_VALUE) Kafka's
+    check, ``now - timestamp > before.max.ms`` on longs, can never be true.
+    """
+    log_append_time, compacted, before_max_ms, after_max_ms = settings
+    if compacted or header.log_append_time:
+        return True
+    if log_append_time:
+        return False
+    return before_max_ms < LONG_MAX or header.max_timestamp - now > after_max_ms

@@ -52,7 +52,7 @@ from .protocol.records import (
     scan_records_untrusted,
     set_max_timestamp,
 )
-from .record_checks import RecordRules
+from .record_checks import RecordRules, need_records
 
 try:
     from .protocol import _produce  # _single_batch and _check_header in C (core/protocol/_produce.c)
@@ -138,20 +138,22 @@ def prepare_batch(
     :class:`ValidatedRecords` when the header settles every rule (an uncompressed batch
     stored uncompressed), else the :class:`RecordWalk` still to do. Raises RecordsError."""
     records = memoryview(records or b"")
-    header = _checked_header(partition, records, api_version, codecs)
-    target = target_codec_id(partition.config["compression.type"], header.codec)
+    config = partition.topic.config
+    header = _checked_header(partition, records, api_version, codecs, config["max.message.bytes"])
+    target = target_codec_id(config["compression.type"], header.codec)
     if target not in codecs:
         raise RecordsError(
             ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
             f"Compression type {target} of topic {partition.topic.name} is not available on this broker",
         )
-    rules = RecordRules.of(partition, now)
-    if header.codec == NONE_ID and target == NONE_ID and not rules.need_records(header):
+    settings = RecordRules.settings(config)
+    if header.codec == NONE_ID and target == NONE_ID and not need_records(header, now, settings):
         buf = own(records)
-        max_timestamp = now if rules.log_append_time else header.max_timestamp
-        header = set_max_timestamp(buf, header, max_timestamp, rules.log_append_time)
-        log_append_time = now if rules.log_append_time else NO_TIMESTAMP
-        return ValidatedRecords(buf, [header], header.record_count, max_timestamp, log_append_time)
+        if not settings[0]:  # CreateTime, as the header says (need_records refused LogAppendTime)
+            return ValidatedRecords(buf, [header], header.record_count, header.max_timestamp)
+        header = set_max_timestamp(buf, header, now, True)
+        return ValidatedRecords(buf, [header], header.record_count, now, now)
+    rules = RecordRules(partition.name, now, *settings)
     # A record takes at least MIN_RECORD_SIZE bytes: refuse a count the bytes cannot hold
     # before decompressing or walking anything.
     room = header.size - HEADER_SIZE if header.codec == NONE_ID else max_decompressed_size
@@ -161,7 +163,7 @@ def prepare_batch(
             f"Invalid record in topic partition {partition.name}: {header.record_count} records cannot fit in "
             f"{room} bytes",
         )
-    max_message_bytes = partition.config["max.message.bytes"]
+    max_message_bytes = config["max.message.bytes"]
     # Stored uncompressed, a rebuilt batch holds at least MIN_RECORD_SIZE bytes a record:
     # refuse one that cannot fit the topic's max.message.bytes before walking it.
     if target == NONE_ID and header.codec != NONE_ID:
@@ -288,13 +290,13 @@ class RunElsewhere(Exception):
 
 
 def _checked_header(
-    partition: Partition, records: memoryview, api_version: int, codecs: dict[int, Codec]
+    partition: Partition, records: memoryview, api_version: int, codecs: dict[int, Codec], max_message_bytes: int
 ) -> BatchHeader:
     """The header of the one batch a partition's records must be, checked by
     :func:`_single_batch` and :func:`_check_header`: in one C call where the batch passes
     them (the C checks answer None on any failure, and these then word the error)."""
     if _produce is not None:
-        header = _produce.check_batch(records, api_version, partition.config["max.message.bytes"], BatchHeader)
+        header = _produce.check_batch(records, api_version, max_message_bytes, BatchHeader)
         if header is not None:
             _check_codec(header, codecs)
             return header

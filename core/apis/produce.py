@@ -73,9 +73,9 @@ async def handle(broker, ctx, request):
     failed = False
     for t, topic, code in topics:
         results = []
-        name = topic.name if topic else t.name
+        denied = not allowed.get(topic.name if topic else t.name, True)
         for pd in t.partition_data:
-            if not allowed.get(name, True):
+            if denied:
                 res = _result(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             elif code:
                 res = _result(pd.index, code)

@@ -43,6 +43,7 @@ import bisect
 import logging
 import os
 import shutil
+import struct
 import threading
 import time
 import uuid
@@ -62,6 +63,7 @@ from .segment import LogSegment
 log = logging.getLogger("brokkr.storage")
 
 _EPOCH_AT = 12
+_EPOCH = struct.Struct(">i")
 
 
 class InconsistentTopicId(Exception):
@@ -253,7 +255,7 @@ class SegmentLog:
         if active.should_roll(len(records), last_offset, max_timestamp, *self._roll_limits):
             rolled = self._roll(first_offset)
             active = self._segments[-1]
-        epoch = int.from_bytes(records[_EPOCH_AT : _EPOCH_AT + 4], "big", signed=True)
+        epoch = _EPOCH.unpack_from(records, _EPOCH_AT)[0]
         if epoch >= 0 and (not self._epochs or epoch > self._epochs[-1][0]):
             self._epochs.append((epoch, first_offset))
             self._write_epochs()

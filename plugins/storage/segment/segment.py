@@ -42,6 +42,8 @@ _LAST_DELTA = struct.Struct(">i")
 _MAX_TIMESTAMP = struct.Struct(">q")
 _LAST_DELTA_AT = 23
 _MAX_TIMESTAMP_AT = 35
+#: base offset, batch length, last offset delta and max timestamp, in one read
+_INDEXED = struct.Struct(">qi11xi8xq")
 SCAN_CHUNK = 1 << 20  # recovery and timestamp scans read this much at a time
 # A header walk (offset lookups, fetch regions) reads this much from a batch's start: the
 # headers of many small batches at once, or one large batch's header for a small read.
@@ -286,17 +288,14 @@ class LogSegment:
             os.ftruncate(self.fd, position)  # never leave half a batch behind
             raise
         self.size += len(records)
-        mv = memoryview(records)
         p = 0
-        while p < len(mv):
-            base, length = _START.unpack_from(mv, p)
-            last = base + _LAST_DELTA.unpack_from(mv, p + _LAST_DELTA_AT)[0]
-            max_ts = _MAX_TIMESTAMP.unpack_from(mv, p + _MAX_TIMESTAMP_AT)[0]
+        while p < len(records):
+            base, length, last_delta, max_ts = _INDEXED.unpack_from(records, p)
             if position == 0 and p == 0:
                 self.rolling_base_ms = max_ts
-            self._index_batch(position + p, last, max_ts, LOG_OVERHEAD + length)
+            self._index_batch(position + p, base + last_delta, max_ts, LOG_OVERHEAD + length)
             p += LOG_OVERHEAD + length
-            self.next_offset = last + 1
+            self.next_offset = base + last_delta + 1
 
     def _index_batch(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
         if max_timestamp > self.max_timestamp:
