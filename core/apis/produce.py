@@ -61,9 +61,8 @@ async def handle(broker, ctx, request):
             return error_response(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
     topics = [(t, *resolve_topic(broker, t.name, t.topic_id, by_id)) for t in request.topic_data]
-    names = sorted({topic.name if topic else t.name for t, topic, _ in topics if topic or not by_id})
-    allowed = dict(
-        zip(names, broker.authorize(ctx, [Action(AclOperation.WRITE, ResourceType.TOPIC, n) for n in names]))
+    allowed = broker.authorize_topics(
+        ctx, AclOperation.WRITE, (topic.name if topic else t.name for t, topic, _ in topics if topic or not by_id)
     )
 
     verified = await _verify_transaction(broker, ctx, request, transactional, topics, allowed) if transactional else {}
