@@ -212,7 +212,7 @@ def test_describe_cluster_log_dirs_and_topic_partitions(brokkr_broker_factory, t
 
 def test_record_rules_follow_altered_timestamp_settings_at_once(brokkr_broker, topic_name):
     """The timestamp rules a batch is checked by are read once per change of the topic's
-    settings (RecordRules.of): every change reaches the next batch."""
+    settings (RecordRules.settings): every change reaches the next batch."""
     ck_create_topic(brokkr_broker.bootstrap_servers, topic_name)
     admin = ck_admin(brokkr_broker.bootstrap_servers)
 
