@@ -231,6 +231,29 @@ def test_a_frame_still_arriving_is_not_idle(brokkr_broker_factory):
     s.close()
 
 
+def test_a_client_asking_more_often_than_the_idle_time_stays_open_and_is_closed_that_long_after_its_last_answer(
+    brokkr_broker_factory,
+):
+    """The idle timer outlives each wait (one timer per connection, not one per request):
+    a client that asks every 0.4 s for 2.4 s is never idle for connections.max.idle.ms
+    (700 ms), though the timer armed at its first wait fires in the middle of a later
+    one; once it stops asking, it is closed no sooner than 700 ms after its last answer."""
+    broker = brokkr_broker_factory({"connections.max.idle.ms": "700"})
+    s = connect(broker.bootstrap_servers)
+    for i in range(6):
+        s.sendall(api_versions_frame(i + 1))
+        assert answered_within(s, 5), f"request {i + 1} not answered: closed as idle while active"
+        time.sleep(0.4)
+    time.sleep(0.2)  # 0.6 s since the last answer: not idle yet
+    s.sendall(api_versions_frame(7))
+    assert answered_within(s, 5)
+    answered = time.monotonic()
+    s.settimeout(10)
+    assert s.recv(1) == b"", "closed by the broker"
+    assert 0.6 <= time.monotonic() - answered < 5
+    s.close()
+
+
 def test_a_client_still_reading_a_large_response_is_not_idle(brokkr_broker_factory):
     """A response the client keeps taking is written to its end, however long it takes in
     all (the kernel's socket buffers hold its last few MB); only a client that takes nothing for
