@@ -11,9 +11,15 @@ client that declares a large frame and stalls holds little memory. The body hand
 the broker is writable and belongs to that request alone, which lets validation stamp
 offsets into the records in place instead of copying them.
 
-Reading stops (the transport is paused) while the read buffer is full and no body is
-being read: a connection whose requests the broker is not taking (a request in flight,
-a throttle, the request queue full) holds at most ``READ_BUFFER_BYTES`` of unread input.
+The read buffer starts at ``READ_BUFFER_BYTES`` and doubles, up to
+``READ_BUFFER_MAX_BYTES``, each time one read fills it: a client that pipelines more than
+it holds (librdkafka sends a partition's batches back to back) is then read in a few large
+reads rather than many small ones, each of which could end mid-frame and send that frame's
+rest down the slower body path. It stays at its size for the connection's life. Reading
+stops (the transport is paused) while the read buffer is full at its largest and no body
+is being read: a connection whose requests the broker is not taking (a request in flight,
+a throttle, the request queue full) holds at most ``READ_BUFFER_MAX_BYTES`` of unread
+input.
 
 Idle time is Kafka's: a wait for input fails with TimeoutError after ``idle_s`` seconds
 without a byte, measured from the start of the wait or the last byte that arrived during
@@ -40,8 +46,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-#: Fixed per-connection buffer for size prefixes and small (pipelined) frames.
+#: Per-connection buffer for size prefixes and small (pipelined) frames: its first size,
+#: and the largest it grows to (see the module's docstring).
 READ_BUFFER_BYTES = 64 * 1024
+READ_BUFFER_MAX_BYTES = 256 * 1024
 #: A body's first allocation, and the largest step it grows by beyond doubling.
 BODY_STEP = 1 << 20
 _SIZE_BYTES = 4
@@ -129,9 +137,18 @@ class Channel(asyncio.BufferedProtocol):
             self._body_filled += nbytes
         else:
             self._end += nbytes
-            if self._end == len(self._buf) and self._start == 0:
-                self._pause_reading()  # full, and none of it taken: wait for the broker
+            if self._end == len(self._buf):
+                if len(self._buf) < READ_BUFFER_MAX_BYTES:
+                    self._grow()  # one read filled it: the client pipelines more than it holds
+                elif self._start == 0:
+                    self._pause_reading()  # full, and none of it taken: wait for the broker
         self._wake()
+
+    def _grow(self) -> None:
+        """Double the read buffer (up to its largest), its unread bytes moved to the front."""
+        grown = bytearray(min(2 * len(self._buf), READ_BUFFER_MAX_BYTES))
+        grown[: self._end - self._start] = memoryview(self._buf)[self._start : self._end]
+        self._buf, self._end, self._start = grown, self._end - self._start, 0
 
     def eof_received(self) -> bool:
         self._eof = True

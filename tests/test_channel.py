@@ -10,7 +10,14 @@ import socket
 import time
 
 import pytest
-from brokkr.core.channel import BODY_STEP, CORK_BYTES, CORK_FRAMES, READ_BUFFER_BYTES, Channel
+from brokkr.core.channel import (
+    BODY_STEP,
+    CORK_BYTES,
+    CORK_FRAMES,
+    READ_BUFFER_BYTES,
+    READ_BUFFER_MAX_BYTES,
+    Channel,
+)
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import encode_request, request_spec
 from brokkr.core.protocol.records import iter_batches_untrusted, read_all_records
@@ -35,7 +42,7 @@ def test_pipelined_frames_in_one_write_are_each_answered_in_order(brokkr_broker_
     with RawClient(broker.bootstrap_servers) as c:
         assert c.request(METADATA, 12, metadata_body("piped")).topics[0].error_code == 0
         big = batch(3000, value=b"v" * 1000)  # ~3 MB: past the read buffer and the first body step
-        assert len(big) > BODY_STEP + READ_BUFFER_BYTES
+        assert len(big) > BODY_STEP + READ_BUFFER_MAX_BYTES
         frames, expected = [], []
         for i in range(60):
             if i % 20 == 10:
@@ -88,7 +95,7 @@ def test_reused_produce_buffers_never_change_what_the_log_holds(brokkr_broker_fa
         for i, value in enumerate(values):
             client = (a, b)[i % 2]
             big = batch(1000, value=value)  # ~600 KB: pooled
-            assert len(big) > READ_BUFFER_BYTES
+            assert len(big) > READ_BUFFER_MAX_BYTES
             part = client.request(PRODUCE, 9, produce_body("reuse", big)).responses[0].partition_responses[0]
             assert part.error_code == ErrorCode.NONE and part.base_offset == 1000 * i
         fetched = a.request(FETCH, 12, fetch_body("reuse", max_bytes=64 << 20, partition_max_bytes=64 << 20))
@@ -126,6 +133,13 @@ class _Transport:
     def __init__(self) -> None:
         self.writes: list[bytes] = []
         self.closed = False
+        self.paused = False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
 
     def write(self, data) -> None:
         self.writes.append(bytes(data))
@@ -215,5 +229,59 @@ def test_closing_a_channel_sends_what_it_held_first_and_a_closed_one_refuses_wri
         assert transport.writes == [b"last words"] and transport.closed
         with pytest.raises(ConnectionResetError):
             channel.write(b"more")
+
+    asyncio.run(main())
+
+
+def test_the_read_buffer_grows_while_reads_fill_it_and_holds_at_most_its_largest_unread():
+    """A client pipelining more than the read buffer holds, read as the transport reads:
+    each read fills all the buffer offers. The buffer doubles after each full read, so the
+    reads get larger, until it holds READ_BUFFER_MAX_BYTES; then, none of it taken, reading
+    pauses. The frames come out intact, in order, and taking one resumes reading."""
+
+    async def main() -> None:
+        channel, transport = Channel(), _Transport()
+        channel.connection_made(transport)
+        bodies = [bytes([i % 251]) * 1000 + b"%06d" % i for i in range(400)]  # ~400 KB in all
+        stream = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
+        reads, pos = [], 0
+        while not transport.paused and pos < len(stream):
+            view = channel.get_buffer(-1)
+            n = min(len(view), len(stream) - pos)
+            view[:n] = stream[pos : pos + n]
+            channel.buffer_updated(n)
+            reads.append(n)
+            pos += n
+        assert reads == [READ_BUFFER_BYTES, READ_BUFFER_BYTES, 2 * READ_BUFFER_BYTES]
+        assert pos == READ_BUFFER_MAX_BYTES, "at most the largest buffer is read ahead of the broker"
+        got = [bytes(await channel.read_body(await channel.read_size(1.0), 1.0))]
+        assert not transport.paused, "taking a frame resumes reading"
+        while len(got) < len(bodies):
+            if pos < len(stream):
+                view = channel.get_buffer(-1)
+                n = min(len(view), len(stream) - pos)
+                view[:n] = stream[pos : pos + n]
+                channel.buffer_updated(n)
+                pos += n
+            got.append(bytes(await channel.read_body(await channel.read_size(1.0), 1.0)))
+        assert got == bodies
+
+    asyncio.run(main())
+
+
+def test_a_client_sending_little_at_a_time_keeps_the_first_read_buffer():
+    """Reads that never fill the buffer never grow it: a connection of small requests
+    holds READ_BUFFER_BYTES however long it lives."""
+
+    async def main() -> None:
+        channel, transport = Channel(), _Transport()
+        channel.connection_made(transport)
+        frame = (100).to_bytes(4, "big") + b"x" * 100
+        for _ in range(2000):  # 200 KB in all, one small request at a time
+            offered = channel.get_buffer(-1)
+            assert len(offered) == READ_BUFFER_BYTES
+            offered[: len(frame)] = frame
+            channel.buffer_updated(len(frame))
+            assert await channel.read_body(await channel.read_size(1.0), 1.0) == b"x" * 100
 
     asyncio.run(main())
