@@ -61,17 +61,24 @@ def start_broker(port: int, data_dir: str, stderr, overrides: dict[str, str] | N
     for key, value in overrides.items():
         cmd += ["--override", f"{key}={value}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
+    wait_listening(proc, port, "broker")
+    return proc
+
+
+def wait_listening(proc: subprocess.Popen, port: int, what: str) -> None:
+    """Return once ``proc`` accepts connections on ``port``; stop it and raise if it exits
+    or does not within STARTUP_TIMEOUT_S."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"broker exited during startup with code {proc.returncode}")
+            raise RuntimeError(f"{what} exited during startup with code {proc.returncode}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc
+            return
         except OSError:
             time.sleep(0.1)
     stop_broker(proc)
-    raise RuntimeError(f"broker did not accept connections within {STARTUP_TIMEOUT_S:.0f}s")
+    raise RuntimeError(f"{what} did not accept connections within {STARTUP_TIMEOUT_S:.0f}s")
 
 
 def stop_broker(proc: subprocess.Popen) -> None:

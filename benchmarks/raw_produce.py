@@ -4,6 +4,12 @@ Produce request, the per-request cost with no client library beside it:
 
     .venv/bin/python benchmarks/raw_produce.py --records 10 --requests 20000
 
+and, under the same client in the same run (``--against``, runs alternating), the CPU per
+request of two references: librdkafka's mock cluster (``mock_cluster.py``) and the least a
+Python server can do per request (``floor_server.py``: a file write and a fixed answer,
+nothing decoded). The ratios say how far brokkr is from the mock, and how much of the
+mock's cost any Python server pays before doing any of Kafka's work.
+
 ``--in-process`` skips the sockets: a broker in this process answers the same frame
 through ``handle_frame_with_throttle`` (the dispatcher and everything after it), timed by
 this process's CPU clock. Its runs mostly agree within a few percent where the socket
@@ -15,7 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,11 +36,14 @@ from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import decode_response, encode_request, request_spec
 from brokkr.core.protocol.records import build_batch
 from brokkr.core.testing import RawClient
-from produce import cpu_seconds, create_topic, free_port, start_broker, stop_broker
+from mock_cluster import MockCluster
+from produce import cpu_seconds, create_topic, free_port, start_broker, stop_broker, wait_listening
 
 PRODUCE = 0
 PRODUCE_VERSION = 9
 RUN_TIMEOUT_S = 120.0
+TARGETS = ("brokkr", "mock", "floor")
+FLOOR_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_server.py")
 
 
 def produce_frame(
@@ -133,6 +145,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="timed runs; their median is reported (3)")
     parser.add_argument("--log-dirs", default=None, help="segment files here (default: a new temporary directory)")
     parser.add_argument(
+        "--against",
+        help="references run under the same client, runs alternating: mock (librdkafka's mock cluster), floor "
+        "(floor_server.py, the least a Python server does per request: one partition a request only), or none "
+        "(default: mock,floor; mock with --partitions)",
+    )
+    parser.add_argument(
         "--in-process", action="store_true", help="no sockets: this process's CPU per request through the dispatcher"
     )
     parser.add_argument(
@@ -147,6 +165,15 @@ def main() -> None:
         parser.error("--spread needs --in-process, and one partition a request")
     if args.connections < 1 or (args.connections > 1 and args.in_process):
         parser.error("--connections needs a positive count, and sockets (not --in-process)")
+    if args.against is None:
+        args.against = "none" if args.in_process else "mock,floor" if args.partitions == 1 else "mock"
+    args.against = [] if args.against == "none" else args.against.split(",")
+    if any(t not in TARGETS[1:] for t in args.against):
+        parser.error(f"--against takes mock, floor, both (comma-separated) or none, not {','.join(args.against)}")
+    if args.against and args.in_process:
+        parser.error("--against needs sockets (not --in-process)")
+    if args.partitions != 1 and "floor" in args.against:
+        parser.error("the floor server answers one partition a request: --against mock with --partitions")
     batch = build_batch([(b"key-%d" % i, b"x" * 100) for i in range(args.records)], timestamp=int(time.time() * 1000))
     if args.spread:
         frames = [produce_frame("raw", batch, first=i) for i in range(args.spread)]
@@ -169,24 +196,50 @@ def run(args, frames: list[bytes], described: str, log_dir: str) -> None:
         print(f"in process, us a request: {', '.join(f'{r:.1f}' for r in runs)}")
         print(f"{described}: median {median:.1f} us a request, {median / args.partitions:.1f} us a partition")
         return
+    targets = ["brokkr", *args.against]
+    per_request: dict[str, list[float]] = {t: [] for t in targets}
+    with contextlib.ExitStack() as stack:
+        running = {t: stack.enter_context(started(t, log_dir, args.partitions)) for t in targets}
+        for round_ in range(args.runs):
+            order = targets if round_ % 2 == 0 else targets[::-1]  # alternating, as suite.py does
+            for target in order:
+                bootstrap, pid = running[target]
+                warmup = 2000 if round_ == 0 else 0  # untimed, before the target's first timed run
+                elapsed, cpu = timed_run(
+                    bootstrap, pid, frames[0], warmup, args.requests, args.in_flight, args.connections
+                )
+                per_request[target].append(cpu / 100 * elapsed / args.requests * 1e6)
+                print(
+                    f"{target}: {args.requests / elapsed:,.0f} requests/s, CPU {cpu:.0f}%: "
+                    f"{per_request[target][-1]:.1f} us a request"
+                )
+    medians = {t: statistics.median(v) for t, v in per_request.items()}
+    print(f"{described}: median CPU a request (us), of {args.runs} alternating run(s)")
+    for target in targets:
+        ratio = "" if target == "brokkr" else f"   brokkr/{target} {medians['brokkr'] / medians[target]:.2f}"
+        print(f"  {target:<7}{medians[target]:8.1f} us, {medians[target] / args.partitions:.1f} a partition{ratio}")
+
+
+@contextlib.contextmanager
+def started(target: str, log_dir: str, partitions: int):
+    """(bootstrap, pid) of a running ``target`` with topic ``raw`` of ``partitions``
+    partitions; stopped on exit."""
+    if target == "mock":
+        with MockCluster() as mock:
+            mock.create_topic("raw", partitions)
+            yield mock.bootstrap, mock.pid
+        return
     port = free_port()
-    proc = start_broker(port, log_dir, None)
+    if target == "brokkr":
+        proc = start_broker(port, log_dir, None)
+    else:
+        proc = subprocess.Popen([sys.executable, FLOOR_SERVER, str(port), os.path.join(log_dir, "floor.log")])
+        wait_listening(proc, port, FLOOR_SERVER)
     try:
         bootstrap = f"127.0.0.1:{port}"
-        create_topic(bootstrap, "raw", partitions=args.partitions)
-        per_request = []
-        for round_ in range(args.runs):
-            warmup = 2000 if round_ == 0 else 0  # untimed, before the first run's clock starts
-            elapsed, cpu = timed_run(
-                bootstrap, proc.pid, frames[0], warmup, args.requests, args.in_flight, args.connections
-            )
-            per_request.append(cpu / 100 * elapsed / args.requests * 1e6)
-            print(
-                f"{args.requests / elapsed:,.0f} requests/s, broker CPU {cpu:.0f}%: {per_request[-1]:.1f} us a request"
-            )
-        median = statistics.median(per_request)
-        per_partition = median / args.partitions
-        print(f"{described}: median {median:.1f} us of broker CPU a request, {per_partition:.1f} us a partition")
+        if target == "brokkr":
+            create_topic(bootstrap, "raw", partitions=partitions)
+        yield bootstrap, proc.pid
     finally:
         stop_broker(proc)
 
