@@ -12,10 +12,12 @@ the broker is writable and belongs to that request alone, which lets validation 
 offsets into the records in place instead of copying them.
 
 The read buffer starts at ``READ_BUFFER_BYTES`` and doubles, up to
-``READ_BUFFER_MAX_BYTES``, each time one read fills it: a client that pipelines more than
-it holds (librdkafka sends a partition's batches back to back) is then read in a few large
-reads rather than many small ones, each of which could end mid-frame and send that frame's
-rest down the slower body path. It stays at its size for the connection's life. Reading
+``READ_BUFFER_MAX_BYTES``, each time a read fills it while it starts with a whole frame: a
+client that pipelines frames smaller than the buffer faster than they are answered
+(librdkafka sends a partition's batches back to back) is then read in a few large reads
+rather than many small ones, each of which could end mid-frame and send that frame's rest
+down the slower body path. A frame larger than the buffer does not grow it (its body is
+read into a buffer of its own anyway). It stays at its size for the connection's life. Reading
 stops (the transport is paused) while the read buffer is full at its largest and no body
 is being read: a connection whose requests the broker is not taking (a request in flight,
 a throttle, the request queue full) holds at most ``READ_BUFFER_MAX_BYTES`` of unread
@@ -138,8 +140,8 @@ class Channel(asyncio.BufferedProtocol):
         else:
             self._end += nbytes
             if self._end == len(self._buf):
-                if len(self._buf) < READ_BUFFER_MAX_BYTES:
-                    self._grow()  # one read filled it: the client pipelines more than it holds
+                if len(self._buf) < READ_BUFFER_MAX_BYTES and self._frame_buffered():
+                    self._grow()  # full, a whole frame first: the client pipelines more than it holds
                 elif self._start == 0:
                     self._pause_reading()  # full, and none of it taken: wait for the broker
         self._wake()

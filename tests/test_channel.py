@@ -269,9 +269,10 @@ def test_the_read_buffer_grows_while_reads_fill_it_and_holds_at_most_its_largest
     asyncio.run(main())
 
 
-def test_a_client_sending_little_at_a_time_keeps_the_first_read_buffer():
+def test_a_client_sending_little_at_a_time_or_frames_larger_than_the_buffer_keeps_the_first_one():
     """Reads that never fill the buffer never grow it: a connection of small requests
-    holds READ_BUFFER_BYTES however long it lives."""
+    holds READ_BUFFER_BYTES however long it lives. Nor does a frame larger than the
+    buffer, which fills it but is read into a body of its own."""
 
     async def main() -> None:
         channel, transport = Channel(), _Transport()
@@ -283,5 +284,22 @@ def test_a_client_sending_little_at_a_time_keeps_the_first_read_buffer():
             offered[: len(frame)] = frame
             channel.buffer_updated(len(frame))
             assert await channel.read_body(await channel.read_size(1.0), 1.0) == b"x" * 100
+        big = bytes(range(256)) * 1200  # 300 KB
+        stream = len(big).to_bytes(4, "big") + big
+        offered = channel.get_buffer(-1)
+        assert len(offered) == READ_BUFFER_BYTES
+        offered[:] = stream[:READ_BUFFER_BYTES]
+        channel.buffer_updated(READ_BUFFER_BYTES)
+        reading = asyncio.ensure_future(channel.read_body(await channel.read_size(1.0), 1.0))
+        await asyncio.sleep(0)
+        pos = READ_BUFFER_BYTES
+        while pos < len(stream):  # the rest goes straight into the body
+            view = channel.get_buffer(-1)
+            n = min(len(view), len(stream) - pos)
+            view[:n] = stream[pos : pos + n]
+            channel.buffer_updated(n)
+            pos += n
+        assert bytes(await reading) == big
+        assert len(channel.get_buffer(-1)) == READ_BUFFER_BYTES, "the read buffer did not grow"
 
     asyncio.run(main())
