@@ -17,11 +17,11 @@ client that pipelines frames smaller than the buffer faster than they are answer
 (librdkafka sends a partition's batches back to back) is then read in a few large reads
 rather than many small ones, each of which could end mid-frame and send that frame's rest
 down the slower body path. A frame larger than the buffer does not grow it (its body is
-read into a buffer of its own anyway). It stays at its size for the connection's life. Reading
-stops (the transport is paused) while the read buffer is full at its largest and no body
-is being read: a connection whose requests the broker is not taking (a request in flight,
-a throttle, the request queue full) holds at most ``READ_BUFFER_MAX_BYTES`` of unread
-input.
+read into a buffer of its own anyway). It stays at its size for the connection's life.
+Reading stops (the transport is paused) while the read buffer is full at its largest and
+no body is being read: a connection whose requests the broker is not taking (a request in
+flight, a throttle, the request queue full) holds at most ``READ_BUFFER_MAX_BYTES`` of
+unread input.
 
 Idle time is Kafka's: a wait for input fails with TimeoutError after ``idle_s`` seconds
 without a byte, measured from the start of the wait or the last byte that arrived during
