@@ -128,9 +128,7 @@ class Channel(asyncio.BufferedProtocol):
                 self._body = body = grown
             return memoryview(body)[self._body_filled : self._body_size]
         if self._end == len(self._buf):  # compact what is unread to the front
-            self._buf[: self._end - self._start] = self._buf[self._start : self._end]
-            self._end -= self._start
-            self._start = 0
+            self._move_unread(self._buf)
         return memoryview(self._buf)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -141,16 +139,19 @@ class Channel(asyncio.BufferedProtocol):
             self._end += nbytes
             if self._end == len(self._buf):
                 if len(self._buf) < READ_BUFFER_MAX_BYTES and self._frame_buffered():
-                    self._grow()  # full, a whole frame first: the client pipelines more than it holds
+                    # Full, a whole frame first: the client pipelines more than it holds.
+                    self._move_unread(bytearray(min(2 * len(self._buf), READ_BUFFER_MAX_BYTES)))
                 elif self._start == 0:
                     self._pause_reading()  # full, and none of it taken: wait for the broker
         self._wake()
 
-    def _grow(self) -> None:
-        """Double the read buffer (up to its largest), its unread bytes moved to the front."""
-        grown = bytearray(min(2 * len(self._buf), READ_BUFFER_MAX_BYTES))
-        grown[: self._end - self._start] = memoryview(self._buf)[self._start : self._end]
-        self._buf, self._end, self._start = grown, self._end - self._start, 0
+    def _move_unread(self, buf: bytearray) -> None:
+        """Move the unread bytes to the front of ``buf``, which becomes the read buffer: the
+        same one (compacting it) or a larger one (growing it). The slice is a copy, so the
+        two may overlap."""
+        unread = self._end - self._start
+        buf[:unread] = self._buf[self._start : self._end]
+        self._buf, self._start, self._end = buf, 0, unread
 
     def eof_received(self) -> bool:
         self._eof = True
