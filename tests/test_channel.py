@@ -162,10 +162,14 @@ def _corking_channel(pipelined: bool = True) -> tuple[Channel, _Transport]:
     return channel, transport
 
 
-def _receive(channel: Channel, data: bytes) -> None:
-    """``data`` arriving from the client, as the transport hands it over."""
-    channel.get_buffer(-1)[: len(data)] = data
-    channel.buffer_updated(len(data))
+def _receive(channel: Channel, data: bytes) -> int:
+    """``data`` arriving from the client, as the transport hands it over: as much of it as
+    the buffer the channel offers holds, the count returned."""
+    view = channel.get_buffer(-1)
+    n = min(len(view), len(data))
+    view[:n] = data[:n]
+    channel.buffer_updated(n)
+    return n
 
 
 def test_small_responses_written_in_one_turn_reach_the_transport_as_one_write_in_order():
@@ -246,23 +250,15 @@ def test_the_read_buffer_grows_while_reads_fill_it_and_holds_at_most_its_largest
         stream = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
         reads, pos = [], 0
         while not transport.paused and pos < len(stream):
-            view = channel.get_buffer(-1)
-            n = min(len(view), len(stream) - pos)
-            view[:n] = stream[pos : pos + n]
-            channel.buffer_updated(n)
-            reads.append(n)
-            pos += n
+            reads.append(_receive(channel, stream[pos:]))
+            pos += reads[-1]
         assert reads == [READ_BUFFER_BYTES, READ_BUFFER_BYTES, 2 * READ_BUFFER_BYTES]
         assert pos == READ_BUFFER_MAX_BYTES, "at most the largest buffer is read ahead of the broker"
         got = [bytes(await channel.read_body(await channel.read_size(1.0), 1.0))]
         assert not transport.paused, "taking a frame resumes reading"
         while len(got) < len(bodies):
             if pos < len(stream):
-                view = channel.get_buffer(-1)
-                n = min(len(view), len(stream) - pos)
-                view[:n] = stream[pos : pos + n]
-                channel.buffer_updated(n)
-                pos += n
+                pos += _receive(channel, stream[pos:])
             got.append(bytes(await channel.read_body(await channel.read_size(1.0), 1.0)))
         assert got == bodies
 
@@ -294,11 +290,7 @@ def test_a_client_sending_little_at_a_time_or_frames_larger_than_the_buffer_keep
         await asyncio.sleep(0)
         pos = READ_BUFFER_BYTES
         while pos < len(stream):  # the rest goes straight into the body
-            view = channel.get_buffer(-1)
-            n = min(len(view), len(stream) - pos)
-            view[:n] = stream[pos : pos + n]
-            channel.buffer_updated(n)
-            pos += n
+            pos += _receive(channel, stream[pos:])
         assert bytes(await reading) == big
         assert len(channel.get_buffer(-1)) == READ_BUFFER_BYTES, "the read buffer did not grow"
 
