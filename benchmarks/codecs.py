@@ -39,12 +39,11 @@ from brokkr.plugins.codecs.lz4 import Lz4Codec
 from brokkr.plugins.codecs.none import NoneCodec
 from brokkr.plugins.codecs.snappy import SnappyCodec
 from brokkr.plugins.codecs.zstd import ZstdCodec
-from produce import create_topic, event_records, free_port, start_broker, stop_broker
+from produce import create_topic, event_records, free_port, mb_per_s, start_broker, stop_broker
 from raw_produce import PRODUCE_VERSION, produce_frame, timed_run
 
 CODECS: dict[str, Codec] = {c.name: c for c in (NoneCodec(), GzipCodec(), SnappyCodec(), Lz4Codec(), ZstdCodec())}
 COMPRESSED = [name for name in CODECS if name != "none"]
-RAW_TIMING_S = 0.3  # per codec operation
 
 
 @attrs.frozen
@@ -115,14 +114,6 @@ def raw_codec_speeds(section: bytes) -> dict[tuple[str, str], float]:
         speeds[(name, "compress")] = mb_per_s(partial(codec.compress, section), len(section))
         speeds[(name, "decompress")] = mb_per_s(partial(codec.decompress, compressed, len(section)), len(section))
     return speeds
-
-
-def mb_per_s(call, size: int) -> float:
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < RAW_TIMING_S:
-        call()
-        n += 1
-    return n * size / (time.perf_counter() - start) / 1e6
 
 
 def codec_bound(case: Case, speeds: dict[tuple[str, str], float]) -> float | None:

@@ -14,7 +14,9 @@ the records of ``suite.py``'s produce rows:
   has outgrown the memory freed last;
 - the CRC-32C of the batch (the ``crc32c`` package, hardware-accelerated);
 - decompressing the records as librdkafka compresses them (lz4 frame and zstd at their
-  default levels), with the ``lz4`` and ``zstandard`` packages, one thread.
+  default levels), with the ``lz4`` and ``zstandard`` packages, one thread. This and
+  the CRC are called over and over for 0.3 s, as ``codecs.py`` times its codecs
+  (``produce.mb_per_s``).
 
 With ``--suite-json`` (a file from ``suite.py --json``) it prints each produce row's
 mock CPU per record (its broker CPU over its rate) beside the sum of the parts that row
@@ -31,12 +33,13 @@ import json
 import os
 import tempfile
 import time
+from functools import partial
 
 import crc32c
 import lz4.frame
 import zstandard
 from brokkr.core.protocol.records import HEADER_SIZE, build_batch
-from produce import event_records
+from produce import event_records, mb_per_s
 
 RECORDS = 1000  # a 1 MB batch of 1 KB records, as produce-1k-1m, produce-lz4 and -zstd send
 VALUE_SIZE = 1000
@@ -51,16 +54,6 @@ ROWS = {
     "produce-lz4": (1000, "lz4"),
     "produce-zstd": (1000, "zstd"),
 }
-
-
-def best_us(fn, repeat: int = 20) -> float:
-    """The fastest of ``repeat`` calls of ``fn``, in microseconds."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e6
 
 
 def write_us_per_mb(directory: str) -> tuple[float, float]:
@@ -99,9 +92,11 @@ def main() -> None:
     per_record = {
         "write, new file": write_new * record_bytes / 1e6,
         "write, freed pages": write_again * record_bytes / 1e6,
-        "crc32c": best_us(lambda: crc32c.crc32c(batch)) / RECORDS,
-        "lz4 decompress": best_us(lambda: lz4.frame.decompress(lz4_frame)) / RECORDS,
-        "zstd decompress": best_us(lambda: zstandard.ZstdDecompressor().decompress(zstd_frame)) / RECORDS,
+        # MB/s is bytes a microsecond: a record's bytes over it are its microseconds
+        "crc32c": record_bytes / mb_per_s(partial(crc32c.crc32c, batch), len(batch)),
+        "lz4 decompress": record_bytes / mb_per_s(partial(lz4.frame.decompress, lz4_frame), len(batch)),
+        "zstd decompress": record_bytes
+        / mb_per_s(partial(zstandard.ZstdDecompressor().decompress, zstd_frame), len(batch)),
     }
     ratios = {"lz4": len(lz4_frame) / len(records), "zstd": len(zstd_frame) / len(records)}
     print(f"{RECORDS} records of {VALUE_SIZE} B (JSON-ish events), a {len(batch):,} B batch")

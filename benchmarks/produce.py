@@ -37,6 +37,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 WARMUP_RECORDS = 2000
 STARTUP_TIMEOUT_S = 20.0
 RUN_TIMEOUT_S = 60.0  # per measured run, produce plus flush
+RAW_TIMING_S = 0.3  # per call timed by mb_per_s
 METRICS = ("records_per_s", "mb_per_s", "p50_ms", "p99_ms")
 
 
@@ -197,6 +198,16 @@ def event_records(count: int, value_size: int, seed: int = 7) -> list[tuple[byte
             value += b'"%s":%d,' % (rng.choice(words), rng.randrange(100_000))
         records.append((b"key-%d" % i, bytes(value[:value_size])))
     return records
+
+
+def mb_per_s(call, size: int) -> float:
+    """MB/s of ``call``, which handles ``size`` bytes, called over and over for
+    RAW_TIMING_S (a codec's or a checksum's raw speed)."""
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < RAW_TIMING_S:
+        call()
+        n += 1
+    return n * size / (time.perf_counter() - start) / 1e6
 
 
 def record_values(kind: str, value_size: int) -> list[bytes]:
