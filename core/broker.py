@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import threading
@@ -32,6 +33,7 @@ from .config import BROKER_CONFIGS, BrokerConfig, NotDynamic, format_value
 from .context import RequestContext
 from .delayed import DelayedOperation, Purgatory
 from .errors import BrokkrError, ConfigError, ErrorCode
+from .internal_topics import InternalTopic, collect_internal_topics
 from .listeners import configured_listeners
 from .log import OPEN_TURN_S, AppendInfo, OffsetOutOfRange, Storage, StoredTopic
 from .offload import OffloadPool
@@ -65,6 +67,8 @@ class Broker:
         self.hook = self.pm.hook
         #: The per-request hooks, resolved once (:class:`brokkr.core.plugins.HotHooks`).
         self.hot = self.pm.hot
+        #: What observers raised, counted per hook and plugin (logged, never answered).
+        self.observer_failures = self.hot.failures
         defs = [d for result in self.hook.brokkr_config_definitions() for d in result]
         self.config = BrokerConfig(raw, defs)
         self.node_id: int = self.config["node.id"]
@@ -76,12 +80,14 @@ class Broker:
         self.listeners: list[Listener] = configured_listeners(self.config)  # bad listener settings fail here
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
-        self.creating_topics: set[str] = set()  # names whose logs create_topic_in_turns is opening
+        #: Topics whose logs are being opened: in the catalog already, not yet in ``topics``.
+        self.creating_topics: dict[str, StoredTopic] = {}
         self.growing_topics: dict[str, asyncio.Event] = {}  # topics add_partitions is growing: set when done
         self.purgatory = Purgatory()
         self.codecs: dict[int, Any] = {}
         self.offload: OffloadPool | None = None  # record walks off the event loop (core/offload.py)
         self.apis: dict[int, Api] = collect_apis(self.hook, self)  # what this broker serves (brokkr_apis)
+        self.internal_topics: dict[str, InternalTopic] = collect_internal_topics(self.hook, self)
         self.storage: Storage | None = None
         self.replicas: ReplicaManager | None = None  # on a cluster (core/replication.py)
         self.producer_ids: ProducerIdManager | None = None
@@ -115,7 +121,7 @@ class Broker:
             self.hook.brokkr_broker_starting(broker=self)
             self._stopped = asyncio.Event()
             self._server = Server(self)
-            self.listeners = await self._server.start(self.listeners)
+            self.listeners = self._server.bind(self.listeners)  # the ports taken, none listening yet
         except BaseException:  # e.g. a TLS setting that does not load: leave the logs closed cleanly
             self._close_storage()
             raise
@@ -124,10 +130,11 @@ class Broker:
             self.replicas = ReplicaManager(self, membership)
             self.producer_ids.reserve = membership.reserve_producer_ids
             try:
-                await self.replicas.start()
+                await self.replicas.start()  # joins the cluster (e.g. ClusterUnreachable), registering the ports
             except BaseException:
                 await self.stop()
                 raise
+        self._server.listen()  # clients get in only now, on a cluster once it is joined (as Kafka's brokers)
         self._log_start()
         log.info("brokkr node %s listening on %s", self.node_id, self.bootstrap_servers)
         try:
@@ -143,9 +150,7 @@ class Broker:
             if plugin is not None:  # else blocked (brokkr.plugins.disabled)
                 log.info("plugin %s (%s) from %s", name, origin, where)
         for name in sorted(self.config.explicit):
-            d = self.config.defs.get(name)
-            hidden = (d is not None and d.sensitive) or "password" in name or "jaas" in name
-            log.info("setting %s=%s", name, "[hidden]" if hidden else format_value(self.config.explicit[name]))
+            log.info("setting %s=%s", name, self.config.shown(name, self.config.explicit[name]))
 
     async def stop(self) -> None:
         if self._server is None:
@@ -154,7 +159,7 @@ class Broker:
         assert self._stopped is not None and self._maintenance is not None
         try:  # whatever fails on the way (a full disk, a plugin), the broker ends stopped
             await server.stop_accepting()
-            self.hook.brokkr_broker_stopping(broker=self)
+            self.hot.notify("brokkr_broker_stopping", broker=self)  # an observer: its failure stops nothing
             if self.replicas is not None:
                 await self.replicas.stop()
             self._maintenance.cancel()
@@ -213,7 +218,12 @@ class Broker:
     ) -> Topic:
         """Create a topic and open a log for each partition (raises BrokkrError), holding
         the event loop until it is done: see :meth:`create_topic_in_turns` for requests."""
-        return self._created(self._open_topic(self._new_topic(name, num_partitions, configs, topic_id)))
+        stored = self._new_topic(name, num_partitions, configs, topic_id)
+        topic = self._topic_of(stored)
+        with self._listed_first(stored), self._deleted_on_failure(stored, topic.partitions):
+            for _ in self._open_partitions(stored, topic, topic.partitions):
+                pass
+        return self._created(topic)
 
     async def create_topic_in_turns(
         self, name: str, num_partitions: int | None = None, configs: Mapping[str, Any] | None = None
@@ -224,17 +234,44 @@ class Broker:
         on tmpfs, 0.6 ms and more on ext4: a thousand at once held every connection for
         a second). The topic is known (to Metadata, Produce, DeleteTopics) once all are
         open; meanwhile its name is taken (:meth:`check_new_topic_name`) and
-        :attr:`creating_topics` holds it. Should the creation fail or be cancelled (the
+        :attr:`creating_topics` holds it. It is in the catalog before its first log is
+        created (:meth:`_listed_first`). Should the creation fail or be cancelled (the
         broker stopping), the logs opened so far are deleted."""
         stored = self._new_topic(name, num_partitions, configs, None)
         topic = self._topic_of(stored)
-        self.creating_topics.add(name)
-        try:
+        with self._listed_first(stored):
             await self._open_in_turns(stored, topic, topic.partitions)
-        finally:
-            self.creating_topics.discard(name)
-        self._register(topic)
         return self._created(topic)
+
+    @contextlib.contextmanager
+    def _listed_first(self, stored: StoredTopic) -> Iterator[None]:
+        """Record the topic in the catalog, then open its logs in the ``with`` block: a
+        topic exists with its settings or not at all, across restarts too. A crash or a
+        full disk after the catalog is written leaves a listed topic, whose missing logs
+        the next start creates (never unlisted directories, which the next start would
+        adopt as a foreign topic, with a foreign topic's settings). Should the block fail,
+        the topic leaves the catalog again; if even that cannot be written, it stays
+        listed, and is complete after the next start. A disk error raises BrokkrError
+        (KAFKA_STORAGE_ERROR)."""
+        name = stored.name
+        self.creating_topics[name] = stored
+        try:
+            self._save_catalog()
+        except OSError as exc:
+            del self.creating_topics[name]
+            raise BrokkrError(f"Error recording topic {name}: {exc}", ErrorCode.KAFKA_STORAGE_ERROR) from None
+        try:
+            yield
+        except BaseException as exc:
+            del self.creating_topics[name]
+            try:
+                self._save_catalog()
+            except OSError as err:
+                log.warning("topic %s stays in the catalog (%s): the next start creates its missing logs", name, err)
+            if isinstance(exc, OSError):
+                raise BrokkrError(f"Error creating topic {name}: {exc}", ErrorCode.KAFKA_STORAGE_ERROR) from None
+            raise
+        del self.creating_topics[name]
 
     def _new_topic(
         self, name: str, num_partitions: int | None, configs: Mapping[str, Any] | None, topic_id: uuid.UUID | None
@@ -250,7 +287,8 @@ class Broker:
         return StoredTopic(name, topic_id or uuid.uuid4(), n, overrides)
 
     def _created(self, topic: Topic) -> Topic:
-        self._save_catalog()
+        """Make a created topic known (it is in the catalog already: :meth:`_listed_first`)."""
+        self._register(topic)
         log.info("created topic %s (%s) with %d partition(s)", topic.name, topic.topic_id, len(topic.partitions))
         return topic
 
@@ -348,11 +386,17 @@ class Broker:
     async def _open_in_turns(self, stored: StoredTopic, topic: Topic, into: list, first: int = 0) -> None:
         """Open the stored topic's partitions from ``first`` on into ``into``, letting the
         loop run other work between turns; on failure or cancellation, delete them again."""
-        try:
+        with self._deleted_on_failure(stored, into):
             for _ in self._open_partitions(stored, topic, into, first):
                 await asyncio.sleep(0)
+
+    @contextlib.contextmanager
+    def _deleted_on_failure(self, stored: StoredTopic, opened: list[Partition]) -> Iterator[None]:
+        """Should the ``with`` block fail, delete the logs it opened into ``opened``."""
+        try:
+            yield
         except BaseException:
-            for partition in into:
+            for partition in opened:
                 try:
                     partition.log.delete()
                 except OSError as exc:  # the opening's own failure is the one to raise
@@ -418,11 +462,13 @@ class Broker:
         return max(held, default=-1) + 1
 
     def _save_catalog(self) -> None:
+        """Write the catalog: the topics, and those being created (:meth:`_listed_first`)."""
         assert self.storage is not None
-        topics = self.topics.values()
-        self.storage.save_topics(
-            [StoredTopic(t.name, t.topic_id, len(t.partitions), t.config.override_strings()) for t in topics]
-        )
+        topics = [
+            StoredTopic(t.name, t.topic_id, len(t.partitions), t.config.override_strings())
+            for t in self.topics.values()
+        ]
+        self.storage.save_topics([*topics, *self.creating_topics.values()])
 
     @staticmethod
     def _check_stored_name(name: str) -> None:
@@ -455,10 +501,14 @@ class Broker:
             )
 
     def delete_topic(self, name: str) -> None:
+        """Forget the topic and delete its logs. A fetch waiting on one of its partitions
+        is answered at once, that partition with UNKNOWN_TOPIC_ID (or
+        UNKNOWN_TOPIC_OR_PARTITION), as Kafka completes a DelayedFetch whose partition went."""
         topic = self.topics.pop(name)
         del self.topics_by_id[topic.topic_id]
         for p in topic.local_partitions():
-            p.log.delete()
+            p.delete()
+            self.purgatory.check(p)
         self._save_catalog()
         log.info("deleted topic %s", name)
 
@@ -525,6 +575,7 @@ class Broker:
         self._made_visible(partition, info)
 
     def _made_visible(self, partition: Partition, info: AppendInfo) -> None:
+        # Observers (``broker.hot``) never raise: whatever they do, the high watermark moves.
         hot = self.hot
         if hot.brokkr_after_log_append is not None:
             hot.brokkr_after_log_append(partition=partition, info=info, broker=self)
@@ -575,6 +626,8 @@ class Broker:
                     offset = retention_limit(offset, held, segments)
                 if offset is not None:
                     log.info("retention: %s starts at offset %d", p.name, offset)
+                    if offset == p.log.log_end_offset:  # every segment goes: Kafka's roll snapshots the producers
+                        p.take_producer_snapshot()
                     p.log.delete_before(offset)
 
     async def _maintain(self) -> None:

@@ -162,25 +162,31 @@ def _mirror(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r.topic:<30} {r.partition:>9} {r.log_end_offset:>15} {r.mirrored_offset:>16} {r.lag:>10}")
         return 0
+    from pathlib import Path
+
     from brokkr.plugins.sinks.spark.sink import check_spark_installed
+    from brokkr.plugins.storage.segment.files import LogDirLock
 
-    check_spark_installed("brokkr mirror")
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        raise ConfigError("brokkr mirror needs tqdm: pip install 'brokkr[spark]'") from None
+    # A live broker's log dir is its sink's to mirror (its retention may delete what a
+    # backfill reads): refused, as a broker refuses it (--status only reads, as dump-log does).
+    with LogDirLock(Path(args.log_dir)):
+        check_spark_installed("brokkr mirror")
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            raise ConfigError("brokkr mirror needs tqdm: pip install 'brokkr[spark]'") from None
 
-    ranges = mirror.log_ranges(args.log_dir, args.topic or ())
-    total = sum(r.size for rs in ranges.values() for r in rs)
-    conf = dict(parse_overrides(args.conf or []))
-    spark = mirror.spark_session(args.master, "brokkr-mirror", conf)
-    try:
-        m = mirror.Mirror(spark, args.lake, args.commit_dir, dict(parse_overrides(args.value_schema or [])))
-        with tqdm(total=total, unit="B", unit_scale=True, desc="mirroring", file=sys.stderr) as bar:
-            for _ in mirror.backfill(m, args.log_dir, args.topic or (), progress=bar.update):
-                pass
-    finally:
-        spark.stop()
+        ranges = mirror.log_ranges(args.log_dir, args.topic or ())
+        total = sum(r.size for rs in ranges.values() for r in rs)
+        conf = dict(parse_overrides(args.conf or []))
+        spark = mirror.spark_session(args.master, "brokkr-mirror", conf)
+        try:
+            m = mirror.Mirror(spark, args.lake, args.commit_dir, dict(parse_overrides(args.value_schema or [])))
+            with tqdm(total=total, unit="B", unit_scale=True, desc="mirroring", file=sys.stderr) as bar:
+                for _ in mirror.backfill(m, args.log_dir, args.topic or (), progress=bar.update):
+                    pass
+        finally:
+            spark.stop()
     for r in mirror.status(args.log_dir, args.lake, args.commit_dir, args.topic or ()):
         print(f"{r.topic}-{r.partition}: mirrored up to offset {r.mirrored_offset} (log end {r.log_end_offset})")
     return 0
@@ -188,12 +194,15 @@ def _mirror(args: argparse.Namespace) -> int:
 
 def _plugins(args: argparse.Namespace) -> int:
     """Every plugin a broker with these settings would load: its name, where it comes from,
-    the hooks it implements and the settings it declares."""
+    the hooks it implements and the settings it declares, each with the values given for it
+    (sensitive ones masked)."""
     from .broker import Broker
+    from .config import HIDDEN, is_sensitive
     from .plugins import describe_plugins
 
     values = _settings(args)
-    pm = Broker(values).pm
+    broker = Broker(values)
+    pm, config = broker.pm, broker.config
     for name, plugin, origin, where in describe_plugins(pm):
         if plugin is None:
             print(f"{name}\n  blocked by brokkr.plugins.disabled")
@@ -203,7 +212,10 @@ def _plugins(args: argparse.Namespace) -> int:
         print(f"  hooks: {', '.join(hooks)}")
         defs = plugin.brokkr_config_definitions() if "brokkr_config_definitions" in hooks else []
         for d in defs:
-            print(f"  setting {d.name}{'*' if d.prefix else ''} (default {d.default!r}): {d.doc}")
+            default = HIDDEN if d.default is not None and is_sensitive(d.name, d) else repr(d.default)
+            print(f"  setting {d.name}{'*' if d.prefix else ''} (default {default}): {d.doc}")
+            for given in sorted(n for n in config.explicit if n == d.name or (d.prefix and n.startswith(d.name))):
+                print(f"    given {given}={config.shown(given, config.explicit[given])}")
     return 0
 
 
@@ -287,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ConfigError, BrokkrError, OSError) as exc:
         print(f"brokkr: {exc}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_status", 2)  # 1 for a log dir another process holds, as Kafka exits
     except KeyboardInterrupt:
         return 130
 

@@ -27,6 +27,16 @@ from typing import Protocol
 
 import attrs
 
+from .errors import BrokkrError
+
+
+class ClusterUnreachable(BrokkrError):
+    """The coordination service did not answer at start, within its connection timeout:
+    the broker cannot join, and stops before it ever listened (``brokkr serve`` exits 1 with
+    this one line, naming the setting to check)."""
+
+    exit_status = 1  # the ``brokkr`` command's, as Kafka's start exits when it cannot join
+
 
 @attrs.frozen
 class BrokerInfo:
@@ -101,7 +111,9 @@ class ClusterMembership(Protocol):
     cluster_id: str
 
     async def join(self, me: BrokerInfo, listener: ClusterListener) -> None:
-        """Connect, register ``me`` and fill the cache; then try to become controller."""
+        """Connect, register ``me`` and fill the cache; then try to become controller.
+        Raises ClusterUnreachable when the service does not answer within its connection
+        timeout (the broker has bound its ports then, and listens only once this returns)."""
 
     async def deregister(self) -> None:
         """Stop being listed among the live brokers, still connected (a controlled shutdown:

@@ -29,8 +29,11 @@ class Codec(Protocol):
     real client writes and, facing untrusted bytes, raises only :class:`DecompressionError`:
     for input that is not valid data of the codec (corrupt, truncated, trailing bytes) and,
     as :class:`DecompressedSizeExceeded`, when the output would exceed ``max_size`` bytes.
-    It must stop producing output at that bound rather than check afterwards. ``max_size``
-    is ``None`` only for batches the broker already validated and stored.
+    It must stop producing output at that bound rather than check afterwards, and grow its
+    buffers as output is written: never to a size the data declares, nor to the whole bound,
+    up front (a few bytes of zeros must cost what they really inflate to, up to the bound,
+    and only while they do). ``max_size`` is ``None`` only for batches the broker already
+    validated and stored.
 
     A broker calls its codecs from its event loop only; ``brokkr_codecs`` returns new
     objects per broker, so a codec may keep (thread-unsafe) compression contexts.
@@ -75,28 +78,34 @@ class Scratch:
         self.buffer = bytearray()
 
     def done(self) -> None:
-        """After a walk: drop a buffer grown past ``keep``, or one still viewed (a view
-        kept by an error's traceback, say), which could not be resized."""
+        """After a walk: empty a buffer grown past ``keep`` in place, which gives its memory
+        back even while something still refers to the bytearray (an error's traceback, say);
+        drop one still viewed (a view kept by a traceback), which cannot be resized."""
         try:
-            self.buffer.append(0)  # raises BufferError while a view of it is alive
-            del self.buffer[-1]
+            if len(self.buffer) > self.keep:
+                self.buffer.clear()
+            else:
+                self.buffer.append(0)  # raises BufferError while a view of it is alive
+                del self.buffer[-1]
         except BufferError:
             self.buffer = bytearray()
-        if len(self.buffer) > self.keep:
-            self.buffer = bytearray()
 
 
-def reserve(out: bytearray, size: int) -> None:
-    """Grow ``out`` to hold at least ``size`` bytes (at least doubling it, when it grows)."""
+def reserve(out: bytearray, size: int, limit: float | None = None) -> None:
+    """Grow ``out`` to hold at least ``size`` bytes: at least doubling it, when it grows,
+    but not past ``limit`` (the most a codec may write: its bound plus one byte)."""
     if size > len(out):
-        out.extend(bytes(max(size, 2 * len(out)) - len(out)))
+        grown = max(size, 2 * len(out))
+        if limit is not None:
+            grown = max(size, min(grown, limit))
+        out.extend(bytes(grown - len(out)))
 
 
-def place(out: bytearray, at: int, chunk: bytes | memoryview) -> int:
-    """Write ``chunk`` into ``out`` at ``at``, growing ``out`` if needed; returns the end
-    of what was written."""
+def place(out: bytearray, at: int, chunk: bytes | memoryview, limit: float | None = None) -> int:
+    """Write ``chunk`` into ``out`` at ``at``, growing ``out`` if needed (not past ``limit``,
+    as :func:`reserve`); returns the end of what was written."""
     end = at + len(chunk)
-    reserve(out, end)
+    reserve(out, end, limit)
     out[at:end] = chunk
     return end
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ LONG_MAX = 2**63 - 1
 class ConfigType(enum.IntEnum):
     """DescribeConfigs' ConfigType numbers."""
 
+    UNKNOWN = 0  # a setting brokkr has no definition of
     BOOLEAN = 1
     STRING = 2
     INT = 3
@@ -84,8 +86,53 @@ class ConfigDef:
             if self.validator is not None and value is not None:
                 self.validator(value)
         except (ValueError, TypeError) as exc:
-            raise ConfigError(f"invalid value {raw!r} for configuration {self.name}: {exc}") from None
+            shown, reason = repr(raw), str(exc)
+            if is_sensitive(self.name, self):  # the reason may quote the value too (int()'s does)
+                secret = str(raw).strip()
+                shown, reason = HIDDEN, reason.replace(secret, HIDDEN) if secret else reason
+            raise ConfigError(f"invalid value {shown} for configuration {self.name}: {reason}") from None
         return value
+
+
+#: What logs and tools show instead of a sensitive value (Kafka's Password.toString).
+HIDDEN = "[hidden]"
+#: A name ending in one of these words holds a secret: ``ssl.key.password``,
+#: ``password.encoder.secret``, ``ssl.keystore.key``, ``delegation.token.master.key``,
+#: ``fs.s3a.secret.key``, ``fs.s3a.access.key``, Spark's ``spark.ssl.keyPassword``. Only the
+#: last word counts: Kafka's own names use these words for other things too:
+#: ``password.encoder.iterations``, ``delegation.token.expiry.time.ms``,
+#: ``sasl.oauthbearer.token.endpoint.url``, ``key.serializer``, ``confluent.key.schema.validation``.
+SECRET_LAST_WORDS = frozenset(
+    {"password", "passwd", "passphrase", "secret", "token", "credential", "credentials", "key"}
+)
+#: A name with ``jaas`` anywhere (``sasl.jaas.config``, per listener or mechanism too)
+#: holds a JAAS configuration, and so its passwords.
+SECRET_WORDS = frozenset({"jaas"})
+#: A key after one of these words is a secret even with words after it:
+#: Hadoop's ``fs.azure.account.key.<account>.dfs.core.windows.net``.
+SECRET_KEY_QUALIFIERS = frozenset({"secret", "access", "account", "api"})
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a setting's name says that its value is a secret (the words of the name:
+    split at dots, dashes, underscores and camelCase humps, in any case)."""
+    words = [w.lower() for w in _WORDS.findall(name)]
+    if not words:
+        return False
+    return (
+        words[-1] in SECRET_LAST_WORDS
+        or not SECRET_WORDS.isdisjoint(words)
+        or any(w == "key" and before in SECRET_KEY_QUALIFIERS for before, w in zip(words, words[1:]))
+    )
+
+
+def is_sensitive(name: str, d: ConfigDef | None) -> bool:
+    """Whether the value of setting ``name`` (defined by ``d``, None when unknown) is kept
+    out of logs, tools and DescribeConfigs (a null value, isSensitive): as in Kafka, a
+    PASSWORD setting or one whose type is unknown; beyond Kafka, any whose name looks
+    secret (:func:`looks_secret`), such as those passed on as given (``brokkr.sink.spark.conf.*``)."""
+    return d is None or d.sensitive or d.type is ConfigType.PASSWORD or looks_secret(name)
 
 
 def _parse(kind: ConfigType, raw: Any) -> Any:
@@ -540,13 +587,8 @@ class BrokerConfig(Mapping[str, Any]):
     def __init__(self, values: Mapping[str, Any] | None = None, defs: Iterable[ConfigDef] = ()):
         self.defs: dict[str, ConfigDef] = {d.name: d for d in (*BROKER_CONFIGS, *defs)}
         self.explicit: dict[str, Any] = {}
-        families = [d for d in self.defs.values() if d.prefix]
         for key, raw in (values or {}).items():
-            d = (
-                self.defs.get(key)
-                or listener_override_def(key, self.defs)
-                or next((attrs.evolve(f, name=key) for f in families if key.startswith(f.name)), None)
-            )
+            d = self.definition(key)
             if d is None:
                 meant = misspelt(key, [name for name, d in self.defs.items() if not d.prefix])
                 if meant is not None:
@@ -558,6 +600,25 @@ class BrokerConfig(Mapping[str, Any]):
         #: Set at run time (``set_dynamic``): the cluster-wide default ("") and this broker's (its id).
         self.dynamic: dict[str, dict[str, Any]] = {"": {}, "node": {}}
         self._resolve()
+
+    def definition(self, name: str) -> ConfigDef | None:
+        """The definition of setting ``name``: its own, the one of a per-listener setting
+        (``listener.name.<listener>.<setting>``), or its family's; None for an unknown name."""
+        return (
+            self.defs.get(name)
+            or listener_override_def(name, self.defs)
+            or next(
+                (attrs.evolve(d, name=name) for d in self.defs.values() if d.prefix and name.startswith(d.name)), None
+            )
+        )
+
+    def sensitive(self, name: str) -> bool:
+        """Whether the value of ``name`` is kept out of logs and tools (:func:`is_sensitive`)."""
+        return is_sensitive(name, self.definition(name))
+
+    def shown(self, name: str, value: Any) -> str | None:
+        """``value`` of setting ``name`` as logs and tools print it: ``[hidden]`` when sensitive."""
+        return HIDDEN if self.sensitive(name) else format_value(value)
 
     def _resolve(self) -> None:
         self._values = {name: d.default for name, d in self.defs.items()}

@@ -32,12 +32,55 @@ request; a SASL connection's principal comes from its exchange with one of the
 ``brokkr_sasl_mechanisms``. A response with a throttle time (the largest
 ``brokkr_quota_throttle_ms`` result) is sent at once and its connection is then not read
 for that long (KIP-219).
-Start-up hooks (``brokkr_config_definitions``, ``brokkr_apis``, ``brokkr_codecs``,
-``brokkr_open_storage``, ``brokkr_broker_starting``, ``brokkr_sasl_mechanisms``) run once per
-broker start; plugins with per-broker work register their objects in
-``brokkr_broker_starting``. Retention asks ``brokkr_sink_mirrored_offset`` per partition, so
-that no sink loses a segment it has not mirrored. ``brokkr_request_completed`` observes
-every answered request, only when implemented.
+Start-up hooks (``brokkr_config_definitions``, ``brokkr_apis``, ``brokkr_internal_topics``,
+``brokkr_codecs``, ``brokkr_open_storage``, ``brokkr_broker_starting``,
+``brokkr_sasl_mechanisms``) run once per broker start; plugins with per-broker work
+register their objects in ``brokkr_broker_starting``. Retention asks
+``brokkr_sink_mirrored_offset`` per partition, so that no sink loses a segment it has not
+mirrored. ``brokkr_request_completed`` observes every answered request, only when
+implemented.
+
+Decisions and observers: a *decision* hook's answer, or its exception, is part of what
+the broker does (it refuses a start, fails a request, picks a codec, holds retention
+back). An *observer* (:data:`OBSERVERS`) is told what has already happened; its failure
+never changes an answer or what is readable: the exception is logged (once a minute per
+hook and plugin, with the traceback the first time), counted (``broker.observer_failures``,
+exported as ``brokkr_observer_failures_total{hook,plugin}``) and swallowed, and the other
+implementations are still called. :class:`brokkr.core.plugins.HotHooks` is the one place
+that calls observers: call them through ``broker.hot``, never ``broker.hook``.
+
+======================================  =========  ======================================
+hook                                    kind       what its exception does
+======================================  =========  ======================================
+``brokkr_config_definitions``           decision   the broker is not built
+``brokkr_broker_starting``              decision   the start fails (ConfigError: refused)
+``brokkr_broker_started``               decision   the broker stops again
+``brokkr_broker_stopping``              observer   logged; the stop goes on
+``brokkr_decode_request``               decision   the request fails (CorruptRequest: closed)
+``brokkr_authenticate``                 decision   the connection is closed
+``brokkr_sasl_mechanisms``              decision   the start fails
+``brokkr_authorize``                    decision   the request fails (UNKNOWN_SERVER_ERROR)
+``brokkr_acl_store``                    decision   the request fails
+``brokkr_quota_throttle_ms``            decision   the connection is closed
+``brokkr_client_quota_store``           decision   the request fails
+``brokkr_apis``                         decision   the broker is not built
+``brokkr_internal_topics``              decision   the broker is not built
+``brokkr_codecs``                       decision   the start fails
+``brokkr_validate_records``             decision   the partition's batch fails (UNKNOWN_SERVER_ERROR)
+``brokkr_open_storage``                 decision   the start fails
+``brokkr_cluster_membership``           decision   the start fails
+``brokkr_became_leader``                observer   logged; the partition is led
+``brokkr_became_follower``              observer   logged; the partition is followed
+``brokkr_transaction_verify``           decision   the Produce request fails
+``brokkr_txn_marker_written``           observer   logged; the marker stands
+``brokkr_produce_complete``             decision   the Produce request fails
+``brokkr_after_log_append``             observer   logged; the batch is stored and visible
+``brokkr_high_watermark_advanced``      observer   logged; the records are visible
+``brokkr_segment_rolled``               observer   logged; the roll stands
+``brokkr_request_completed``            observer   logged; the response is sent
+``brokkr_metrics_collectors``           decision   the start fails (metrics on)
+``brokkr_sink_mirrored_offset``         decision   retention skips this round
+======================================  =========  ======================================
 
 Rule for every hook: never called once per record. Implementations that pick an
 implementation (codecs, storage) return objects the core keeps and calls directly.
@@ -65,6 +108,7 @@ if TYPE_CHECKING:
     from .config import ConfigDef
     from .context import ConnectionInfo, Principal, RequestContext
     from .errors import ErrorCode
+    from .internal_topics import InternalTopic
     from .log import AppendInfo, SegmentInfo, Storage
     from .partition import Partition
     from .protocol.frames import RequestHeader
@@ -75,6 +119,21 @@ if TYPE_CHECKING:
     from .validation import Codec, ValidatedRecords
 
 hookspec = pluggy.HookspecMarker("brokkr")
+
+#: The hooks that only observe (see "Decisions and observers" above): an implementation's
+#: exception is logged, counted and swallowed. Every other hook is a decision.
+OBSERVERS = frozenset(
+    {
+        "brokkr_broker_stopping",
+        "brokkr_became_leader",
+        "brokkr_became_follower",
+        "brokkr_txn_marker_written",
+        "brokkr_after_log_append",
+        "brokkr_high_watermark_advanced",
+        "brokkr_segment_rolled",
+        "brokkr_request_completed",
+    }
+)
 
 
 # -------------------------------------------------------------------------
@@ -324,6 +383,24 @@ def brokkr_apis(broker: Broker) -> list[Api]:
     """
 
 
+@hookspec
+def brokkr_internal_topics(broker: Broker) -> list[InternalTopic]:
+    """Declare the internal topics a plugin owns (Kafka's ``Topic.isInternal``): the
+    compacted topics a coordinator keeps its state in, with the broker settings they are
+    created from (:class:`brokkr.core.internal_topics.InternalTopic`).
+
+    Called once per broker, at construction (before its storage opens, which adopts their
+    unlisted partition directories with their own settings); the broker keeps the answers
+    as ``broker.internal_topics``. A declared topic is created only by its owner (the
+    object registered under ``owner``, through its ``create_topic()``), with its own
+    settings; clients may neither create it (CreateTopics: INVALID_REQUEST) nor produce to
+    it (INVALID_TOPIC_EXCEPTION). All results are used.
+
+    :param broker: The broker.
+    :return: A list of :class:`brokkr.core.internal_topics.InternalTopic`.
+    """
+
+
 # -------------------------------------------------------------------------
 # Record validation and conversion
 # -------------------------------------------------------------------------
@@ -527,7 +604,7 @@ def brokkr_produce_complete(partition: Partition, required_offset: int, broker: 
 
 
 # -------------------------------------------------------------------------
-# Observers
+# Observers (then two decisions: metrics' collectors, sinks' progress)
 # -------------------------------------------------------------------------
 
 

@@ -34,7 +34,8 @@ def _tokens(text: str) -> list[tuple[str, str]]:
             break
         m = _TOKEN.match(text, pos)
         if m is None:
-            raise ConfigError(f"Invalid JAAS config: unexpected text at {text[pos : pos + 20]!r}")
+            # where, not what: the text may be a password with its closing quote missing
+            raise ConfigError(f"Invalid JAAS config: unexpected text at character {pos + 1}")
         pos = m.end()
         if m["quoted"] is not None:
             out.append(("value", re.sub(r"\\(.)", r"\1", m["quoted"][1:-1], flags=re.DOTALL)))

@@ -150,7 +150,10 @@ class PartitionLog(Protocol):
     def delete_before(self, offset: int) -> None:
         """Advance the log start offset to ``offset`` (DeleteRecords, retention), dropping
         every segment that lies wholly below it. Never moves backwards; the caller keeps
-        ``offset`` at or below the high watermark."""
+        ``offset`` at or below the high watermark. At the log end offset every record goes,
+        the active segment's too: the log starts a new, empty segment there (Kafka's roll
+        in ``deleteSegments``), which retention relies on to empty a partition whose only
+        segment is too old."""
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset``, which must fall on a batch
@@ -187,7 +190,9 @@ class Storage(Protocol):
         """The topics kept from earlier runs, once their logs are recovered."""
 
     def save_topics(self, topics: list[StoredTopic]) -> None:
-        """Persist the catalog; called after every topic creation and deletion."""
+        """Persist the catalog; called before a new topic's logs are opened (a listed topic
+        whose logs are missing gets them from :meth:`open_log` at the next start), after a
+        deletion, and after every change of a topic's settings or partition count."""
 
     def open_log(self, topic: StoredTopic, partition: int, config: TopicConfig) -> PartitionLog:
         """Open (creating if needed) the log of one partition."""

@@ -19,7 +19,10 @@ Memory is bounded: at most ``workers`` walks run at once (a walk holds at most t
 decompression bound, ``socket.request.max.bytes``, plus what it builds from it); further
 ones wait their turn in their own connection's task, never blocking the loop. Each worker
 thread, and the loop for its light walks, decompresses into a buffer it keeps between
-walks (``compression.Scratch``) while that buffer holds at most ``SCRATCH_KEPT`` bytes.
+walks (``compression.Scratch``) while that buffer holds at most ``SCRATCH_KEPT`` bytes; a
+larger one is emptied after its walk. What a walk held goes back when it ends, bombs
+refused included: worker processes keep ``brokkr serve``'s fixed mmap threshold, and no
+error's frames (:func:`_run`).
 
 Each worker builds its own codec objects from the classes of the broker's codecs (codec
 objects keep compression contexts, which are not shared between threads nor cross
@@ -44,7 +47,7 @@ import attrs
 
 from .compression import Codec, Scratch
 from .protocol.records import C_WALK
-from .validation import RecordWalk, RunElsewhere, ValidatedRecords
+from .validation import RecordsError, RecordWalk, RunElsewhere, ValidatedRecords
 
 log = logging.getLogger("brokkr.offload")
 
@@ -74,6 +77,11 @@ def _build_codecs(classes: dict[int, tuple[str, str]]) -> dict[int, Codec]:
 
 
 def _start_worker(classes: dict[int, tuple[str, str]]) -> None:
+    from .cli import _keep_large_buffers_mapped
+
+    # The broker's own setting (brokkr serve's), in its own process: else glibc's mmap
+    # threshold rises with the first large walk's buffers, and the heap keeps later ones.
+    _keep_large_buffers_mapped()
     _worker_codecs.update(_build_codecs(classes))
     threading.Thread(target=_exit_with_broker, args=(os.getppid(),), daemon=True).start()
 
@@ -87,7 +95,16 @@ def _exit_with_broker(broker_pid: int) -> None:
 
 
 def _run(walk: RecordWalk) -> ValidatedRecords:
-    return walk.run(_worker_codecs, elsewhere=True)
+    """A walk in a worker process. Its error goes back without the one it replaced (kept as
+    ``__context__`` by ``raise ... from None``), whose traceback holds the walk's frames and
+    so its decompressed records: a worker keeps its last error until its next one
+    (concurrent.futures), which would hold up to the decompression bound a worker."""
+    try:
+        return walk.run(_worker_codecs, elsewhere=True)
+    except RecordsError as exc:
+        error = exc
+    error.__context__ = None
+    raise error
 
 
 class OffloadPool:

@@ -75,6 +75,7 @@ class Partition:
         self.high_watermark = log.log_end_offset
         self.bytes_appended = 0  # monotonic, lets delayed fetches count new bytes cheaply
         self.storage_error: OSError | None = None  # why appends fail, while they do
+        self.deleted = False  # its topic was deleted: its log is gone (a waiting fetch answers at once)
         self.aborted = log if hasattr(log, "append_aborted_txn") else AbortedTxnList()
         self.rebuild_producer_state()
         # Replication (core/replication.py). Alone, this node is the leader, the only
@@ -229,6 +230,12 @@ class Partition:
             self.producers.take_snapshot(self.log)
         except OSError as exc:
             logger.error("writing the producer snapshot of %s failed: %s", self.name, exc)
+
+    def delete(self) -> None:
+        """Its topic is deleted: mark it deleted (what still holds it, a waiting fetch,
+        reads nothing more from it), then delete the log."""
+        self.deleted = True
+        self.log.delete()
 
     def close(self) -> None:
         """Snapshot the producer state, then close the log (the broker is stopping)."""

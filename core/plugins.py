@@ -9,9 +9,13 @@ any other plugin, under stable names, so a user can block one with
 
 from __future__ import annotations
 
+import collections
 import importlib
+import inspect
+import logging
 import operator
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 
 import pluggy
 
@@ -19,6 +23,7 @@ from . import hookspecs
 from .errors import ConfigError
 
 hookimpl = pluggy.HookimplMarker("brokkr")
+log = logging.getLogger("brokkr")
 
 #: Registered in this order; defaults of firstresult hooks are trylast, so any other
 #: plugin that answers wins.
@@ -89,6 +94,46 @@ class PluginManager(pluggy.PluginManager):
             self.hot.forget()
 
 
+class ObserverFailures:
+    """The exceptions of observer implementations (``hookspecs.OBSERVERS``), which the
+    broker swallows: counted per (hook, plugin) in :attr:`counts` (the metrics plugin
+    exports them as ``brokkr_observer_failures_total``), and logged once per hook and
+    plugin every :attr:`LOG_EVERY_S` seconds at most, the first with its traceback."""
+
+    LOG_EVERY_S = 60.0
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._logged: dict[tuple[str, str], tuple[float, int]] = {}  # when last logged, the count then
+        self.clock = time.monotonic
+
+    def report(self, hook: str, plugin: str, exc: Exception) -> None:
+        key = (hook, plugin)
+        self.counts[key] += 1
+        now = self.clock()
+        last = self._logged.get(key)
+        if last is None:
+            log.error(
+                "plugin %s failed in %s; an observer's failure changes nothing, the broker carries on "
+                "(logged at most once a minute, counted in brokkr_observer_failures_total)",
+                plugin,
+                hook,
+                exc_info=exc,
+            )
+        elif now - last[0] >= self.LOG_EVERY_S:
+            log.error(
+                "plugin %s failed in %s %d more time(s) in the last %.0f s: %r",
+                plugin,
+                hook,
+                self.counts[key] - last[1],
+                now - last[0],
+                exc,
+            )
+        else:
+            return
+        self._logged[key] = (now, self.counts[key])
+
+
 class HotHooks:
     """Hooks called for every request, resolved once rather than through pluggy on each
     call: ``hot.brokkr_x`` is None when no plugin implements ``brokkr_x`` (the caller then
@@ -96,11 +141,23 @@ class HotHooks:
     exactly one plain implementation exists (called with the same keyword arguments, and
     returning what pluggy would: its result for a firstresult hook, else a list of the
     non-None results), and pluggy's hook caller otherwise (several implementations, or
-    wrappers). Registering or removing a plugin resolves every hook again."""
+    wrappers). Registering or removing a plugin resolves every hook again.
+
+    An observer (``hookspecs.OBSERVERS``) resolves to a function that calls each
+    implementation on its own, as pluggy orders them, and reports an exception to
+    :attr:`failures` instead of raising it: this is the one place observers are called
+    (:meth:`notify` for those off the request path)."""
 
     def __init__(self, pm: pluggy.PluginManager):
         self._pm = pm
         self._changes = 0  # registrations seen; a resolution raced by one is not kept
+        self.failures = ObserverFailures()
+
+    def notify(self, name: str, **kwargs) -> None:
+        """Tell observer ``name``'s implementations, if there are any."""
+        observe = getattr(self, name)
+        if observe is not None:
+            observe(**kwargs)
 
     def forget(self) -> None:
         self._changes += 1
@@ -115,6 +172,8 @@ class HotHooks:
         impls = caller.get_hookimpls()
         if not impls:
             resolved = None
+        elif name in hookspecs.OBSERVERS:
+            resolved = _observer(name, caller, impls, self.failures)
         elif len(impls) == 1 and not (impls[0].hookwrapper or impls[0].wrapper):
             resolved = _direct(impls[0], bool(caller.spec and caller.spec.opts.get("firstresult")))
         else:
@@ -148,6 +207,55 @@ def _direct(impl: pluggy.HookImpl, firstresult: bool):
         return [] if result is None else [result]
 
     return call
+
+
+def _observer(name: str, caller, impls: list[pluggy.HookImpl], failures: ObserverFailures) -> Callable[..., list]:
+    """Observer ``name``: each implementation called directly, in pluggy's order, its
+    exception reported to ``failures`` and swallowed. With a wrapper among them, pluggy
+    calls them all, and an exception is put down to the plugin whose code raised it."""
+    if any(impl.hookwrapper or impl.wrapper for impl in impls):
+
+        def observe_wrapped(**kwargs):
+            try:
+                return caller(**kwargs)
+            except Exception as exc:
+                failures.report(name, _raised_in(exc, impls), exc)
+                return []
+
+        return observe_wrapped
+    calls = [(impl.plugin_name, _direct(impl, False)) for impl in reversed(impls)]
+    if len(calls) == 1:
+        ((plugin, call),) = calls
+
+        def observe_one(**kwargs):
+            try:
+                return call(**kwargs)
+            except Exception as exc:
+                failures.report(name, plugin, exc)
+                return []
+
+        return observe_one
+
+    def observe(**kwargs):
+        results = []
+        for plugin, call in calls:
+            try:
+                results += call(**kwargs)
+            except Exception as exc:
+                failures.report(name, plugin, exc)
+        return results
+
+    return observe
+
+
+def _raised_in(exc: BaseException, impls: list[pluggy.HookImpl]) -> str:
+    """The plugin of the innermost implementation in ``exc``'s traceback ("?" if none)."""
+    plugins = {getattr(inspect.unwrap(impl.function), "__code__", None): impl.plugin_name for impl in impls}
+    found, tb = "?", exc.__traceback__
+    while tb is not None:
+        found = plugins.get(tb.tb_frame.f_code, found)
+        tb = tb.tb_next
+    return found
 
 
 def create_plugin_manager(

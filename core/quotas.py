@@ -88,10 +88,16 @@ class BusyTime:
                 return stop.value
             finally:
                 self.seconds += clock() - start
+                error = None
             try:
                 value, error = (yield yielded), None
             except GeneratorExit:
                 coro.close()
                 raise
-            except BaseException as exc:  # cancellation: deliver it to the coroutine
+            except BaseException as exc:  # cancellation, or the awaited future's error: deliver it
                 value, error = None, exc
+            # Past their use, this frame holds neither the future waited on nor the exception
+            # thrown in: an exception raised through here has this frame in its traceback, and
+            # the cycle would keep every frame of it (a record walk's buffers) until the rare
+            # collections of ``brokkr serve`` (core/cli.py).
+            yielded = None

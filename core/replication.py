@@ -132,7 +132,7 @@ class ReplicaManager:
             for partition in topic.local_partitions():
                 if partition.is_leader:
                     partition.leader_id = -1
-                    self.broker.hook.brokkr_became_follower(partition=partition, broker=self.broker)
+                    self.broker.hot.notify("brokkr_became_follower", partition=partition, broker=self.broker)
                     self.broker.purgatory.check(partition)  # acks=-1 waits end: NOT_LEADER_OR_FOLLOWER
         self._update_fetchers({})
 
@@ -206,7 +206,7 @@ class ReplicaManager:
     def _drop_replica(self, topic, index: int) -> None:
         partition = topic.partitions[index]
         if partition.is_leader:
-            self.broker.hook.brokkr_became_follower(partition=partition, broker=self.broker)
+            self.broker.hot.notify("brokkr_became_follower", partition=partition, broker=self.broker)
         partition.leader_id = -1
         self.broker.purgatory.check(partition)
         topic.partitions[index] = None
@@ -264,7 +264,7 @@ class ReplicaManager:
                 partition.follower_end = {}
                 partition.follower_caught_up = {r: now for r in state.isr if r != self.node_id}
                 log.info("%s: leader at epoch %d, ISR %s", partition.name, state.leader_epoch, list(state.isr))
-                self.broker.hook.brokkr_became_leader(partition=partition, broker=self.broker)
+                self.broker.hot.notify("brokkr_became_leader", partition=partition, broker=self.broker)
             self.broker.advance_high_watermark(partition, partition.high_watermark_candidate())
             return
         if was_leader or state.leader != partition.leader_id or state.leader_epoch != old_epoch:
@@ -273,7 +273,7 @@ class ReplicaManager:
                 self.truncate(partition, partition.high_watermark)
             log.info("%s: follower of %d at epoch %d", partition.name, state.leader, state.leader_epoch)
             if was_leader:
-                self.broker.hook.brokkr_became_follower(partition=partition, broker=self.broker)
+                self.broker.hot.notify("brokkr_became_follower", partition=partition, broker=self.broker)
             self.broker.purgatory.check(partition)  # acks=-1 waits end: this node no longer leads
 
     def truncate(self, partition: Partition, offset: int) -> None:

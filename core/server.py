@@ -60,25 +60,38 @@ class Server:
         self._connections: set[asyncio.Task] = set()
         self._ids = itertools.count()
         self._sasl: dict[str, SaslListener] = {}
+        self._tls: dict[str, Any] = {}
+        self._listeners: list[Listener] = []
         self.quotas: ConnectionQuotas | None = None
         self.requests = RequestQueue(broker.config["queued.max.requests"], broker.config["queued.max.request.bytes"])
         self.frames = FramePool()
 
-    async def start(self, listeners: list[Listener]) -> list[Listener]:
+    def bind(self, listeners: list[Listener]) -> list[Listener]:
+        """Load the listeners' TLS and SASL settings and take their ports (port 0: a free
+        one), not listening yet; returns the listeners with the ports taken. A broker on a
+        cluster registers these, and calls :meth:`listen` once it has joined."""
         config = self.broker.config
         listeners = resolve_listeners(listeners, config)
         mechanisms = collect_mechanisms(self.broker.hook, self.broker)
         self._sasl = {
             lst.name: SaslListener.from_config(config, lst.name, mechanisms) for lst in listeners if lst.uses_sasl
         }
-        tls = {lst.name: server_context(config, lst.name) for lst in listeners if lst.uses_tls}
+        self._tls = {lst.name: server_context(config, lst.name) for lst in listeners if lst.uses_tls}
         self.quotas = ConnectionQuotas(config, [lst.name for lst in listeners])
+        self._listeners = listeners
         bound = []
         try:
             for listener in listeners:
-                sock = socket.create_server((listener.host or "", listener.port), backlog=BACKLOG)
-                sock.setblocking(False)
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 self._sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as socket.create_server
+                address = (listener.host or "", listener.port)
+                try:
+                    sock.bind(address)
+                except OSError as err:  # named as socket.create_server names it
+                    message = f"{err.strerror} (while attempting to bind on address {address!r})"
+                    raise OSError(err.errno, message) from None
+                sock.setblocking(False)
                 port = sock.getsockname()[1]
                 host = listener.host if listener.host not in ("", "0.0.0.0", "::") else socket.getfqdn()
                 bound.append(attrs.evolve(listener, host=host, port=port))
@@ -86,12 +99,16 @@ class Server:
             for sock in self._sockets:
                 sock.close()
             raise
-        for listener, sock in zip(listeners, self._sockets):
+        return bound
+
+    def listen(self) -> None:
+        """Open the bound listeners to clients: from here connections are accepted."""
+        for listener, sock in zip(self._listeners, self._sockets):
+            sock.listen(BACKLOG)
             task = asyncio.create_task(
-                self._accept(listener, sock, tls.get(listener.name)), name=f"accept-{listener.name}"
+                self._accept(listener, sock, self._tls.get(listener.name)), name=f"accept-{listener.name}"
             )
             self._acceptors.append(task)
-        return bound
 
     async def _accept(self, listener: Listener, sock: socket.socket, ssl: Any) -> None:
         """Kafka's Acceptor: at ``max.connections`` accept nothing (clients wait in the

@@ -286,10 +286,24 @@ class StorageContract:
         self._apply_retention(harness, plog, 30_000, **{"retention.ms": "10000"})
         kept = plog.segments()
         assert kept == [s for s in before if 30_000 - s.max_timestamp <= 10_000]
+        # The active segment too, as in Kafka: an empty one takes over at the log end.
         self._apply_retention(harness, plog, 10**13, **{"retention.ms": "10000"})
-        assert plog.segments() == before[-1:], "never the active segment"
-        assert plog.log_start_offset == before[-1].base_offset
-        assert offsets_in(plog.read(plog.log_start_offset, MIB, 60, True))[-1] == 59
+        [empty] = plog.segments()
+        assert (empty.base_offset, empty.next_offset, empty.size) == (60, 60, 0)
+        assert plog.log_start_offset == plog.log_end_offset == 60
+        assert plog.read(60, MIB, 60, True) == b""
+        assert append(plog, records=2).first_offset == 60
+        assert offsets_in(plog.read(60, MIB, 62, True)) == [60, 61]
+
+    def test_retention_keeps_the_active_segment_until_the_high_watermark_reaches_its_end(self, harness):
+        plog = self._filled(harness)
+        config = harness.broker.config.topic_config({"retention.ms": "10000"})
+        end = plog.log_end_offset
+        active = plog.segments()[-1]
+        assert retention_offset(plog.segments(), config, 10**13, end - 1, 0) == active.base_offset
+        plog.delete_before(active.base_offset)
+        assert plog.segments() == [active]
+        assert retention_offset(plog.segments(), config, 10**13, end, plog.log_start_offset) == end
 
     def test_retention_keeps_everything_by_default_and_with_compaction(self, harness):
         plog = self._filled(harness)

@@ -68,8 +68,8 @@ async def write_txn_markers(
         except OSError:
             results[key] = ErrorCode.KAFKA_STORAGE_ERROR
             continue
-        broker.hook.brokkr_txn_marker_written(
-            partition=partition, marker=marker, offset=info.first_offset, broker=broker
+        broker.hot.notify(  # an observer: its failure leaves the marker standing
+            "brokkr_txn_marker_written", partition=partition, marker=marker, offset=info.first_offset, broker=broker
         )
         broker.appended(partition, info)
         written[partition] = info.last_offset + 1

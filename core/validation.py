@@ -7,17 +7,24 @@ order and with its error codes and messages:
    ``max.message.bytes``, CRC-32C; then a codec this broker has.
 3. ``LogValidator.validateBatch``: record count against the offset range, no control
    batches, a sequence number wherever there is a producer id.
-4. ``LogValidator``'s record checks (:mod:`brokkr.core.record_checks`) and conversion
-   (:mod:`brokkr.core.conversion`); a rebuilt batch must still fit ``max.message.bytes``.
+4. ``LogValidator``'s walk of the records: its record iterator
+   (``DefaultRecordBatch.RecordIterator``) refuses fewer or more records than the header
+   counts, or a malformed one (INVALID_RECORD); brokkr also refuses an uncompressed
+   batch's offset deltas other than 0..n-1, which Kafka stores as sent (it renumbers a
+   compressed batch's). Then the record checks (:mod:`brokkr.core.record_checks`) and
+   conversion (:mod:`brokkr.core.conversion`); a rebuilt batch must still fit
+   ``max.message.bytes``.
 
 Step 4 takes one of Kafka's two paths. A batch that is uncompressed and stored
-uncompressed is validated from its 61-byte header and CRC alone (computed in C) unless a
-rule needs its records: a compacted topic (keys), timestamps the header cannot vouch for,
-a producer claiming LogAppendTime. Unlike Kafka, that path trusts the header's max
-timestamp and does not walk well-formed-looking records, so that the common case never
-loops over records in Python. Any other batch is decompressed once, with its output
-bounded by ``socket.request.max.bytes`` (a client can make the broker hold no more than
-that by sending it uncompressed), walked once, and stored in place or rebuilt.
+uncompressed is validated from its 61-byte header, its CRC and a walk of its records'
+lengths and offset deltas, all in C, unless a rule needs the records' contents
+(a compacted topic: keys; timestamps the header cannot vouch for; a producer claiming
+LogAppendTime), the C walk is not built or does not accept the records, or they are too
+many to walk on the event loop. Unlike Kafka, that path trusts the header's max
+timestamp, so that the common case never loops over records in Python. Any other batch
+is decompressed once, with its output bounded by ``socket.request.max.bytes`` (a client
+can make the broker hold no more than that by sending it uncompressed), walked once, and
+stored in place or rebuilt.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ from .protocol.records import (
     NO_TIMESTAMP,
     BatchHeader,
     RecordScan,
+    check_offset_deltas,
+    check_records_c,
     crc_ok,
     iter_batches_untrusted,
     scan_records_c,
@@ -76,6 +85,9 @@ MIN_RECORD_SIZE = 7
 INLINE_RECORDS = 2000
 INLINE_BYTES = 256 * 1024
 INLINE_DECOMPRESSED_BYTES = 1 << 20
+#: The C walk of an uncompressed batch's records takes about 20 ns a record: up to this
+#: many it runs on the event loop (a few ms at most), as part of the header-only path.
+INLINE_C_RECORDS = 200_000
 
 
 @attrs.define  # not frozen: a frozen class's __init__ costs three times as much, once a partition
@@ -134,9 +146,10 @@ def prepare_batch(
     max_decompressed_size: int,
     now: int,
 ) -> ValidatedRecords | RecordWalk:
-    """Everything that reads only the batch header (and its CRC, in C): the finished
-    :class:`ValidatedRecords` when the header settles every rule (an uncompressed batch
-    stored uncompressed), else the :class:`RecordWalk` still to do. Raises RecordsError."""
+    """Everything that reads only the batch header (and, in C, its CRC and an uncompressed
+    batch's record lengths): the finished :class:`ValidatedRecords` when that settles every
+    rule (an uncompressed batch stored uncompressed), else the :class:`RecordWalk` still to
+    do. Raises RecordsError."""
     records = memoryview(records or b"")
     config = partition.topic.config
     header = _checked_header(partition, records, api_version, codecs, config["max.message.bytes"])
@@ -147,7 +160,13 @@ def prepare_batch(
             f"Compression type {target} of topic {partition.topic.name} is not available on this broker",
         )
     settings = RecordRules.settings(config)
-    if header.codec == NONE_ID and target == NONE_ID and not need_records(header, now, settings):
+    if (
+        header.codec == NONE_ID
+        and target == NONE_ID
+        and not need_records(header, now, settings)
+        and header.record_count <= INLINE_C_RECORDS
+        and check_records_c(header, records[HEADER_SIZE:])
+    ):
         buf = own(records)
         if not settings[0]:  # CreateTime, as the header says (need_records refused LogAppendTime)
             return ValidatedRecords(buf, [header], header.record_count, header.max_timestamp)
@@ -245,13 +264,15 @@ class RecordWalk:
             )
         if in_thread:  # only what needs no per-record Python
             scan = scan_records_c(header, payload, release_gil=True)
-            if scan is None or not rules.pass_at_a_glance(header, scan):
+            out_of_order = scan is not None and header.codec == NONE_ID and not scan.sequential  # refused in _scan
+            if scan is None or out_of_order or not rules.pass_at_a_glance(header, scan):
                 raise RunElsewhere()
         else:
             scan = _scan(header, payload, rules)
         max_timestamp = rules.max_timestamp(header, scan)
         log_append_time = rules.now if rules.log_append_time else NO_TIMESTAMP
-        # Kafka checks inner offsets on its compressed path only; uncompressed batches keep theirs.
+        # Inner offsets out of sequence: Kafka renumbers a compressed batch (rebuilds it); an
+        # uncompressed one was refused (_scan).
         if header.codec == self.target and (self.target == NONE_ID or sequential_offsets(scan)):
             if elsewhere:
                 return ValidatedRecords(None, [header], header.record_count, max_timestamp, log_append_time)
@@ -422,9 +443,15 @@ def _decompress(
 
 def _scan(header: BatchHeader, payload: bytes | memoryview, rules: RecordRules) -> RecordScan:
     """Walk the records once; refuse malformed ones (no record errors, as Kafka) and the
-    batch of any record that breaks a rule (with KIP-467 record errors)."""
+    batch of any record that breaks a rule (with KIP-467 record errors).
+
+    Unlike Kafka, an uncompressed batch must also have offset deltas 0..n-1: Kafka stores
+    other deltas as sent, and readers then meet records at offsets the batch does not
+    cover (past the log end, or two at one offset). Kafka renumbers a compressed batch's."""
     try:
         scan = scan_records_untrusted(header, payload)
+        if header.codec == NONE_ID:
+            check_offset_deltas(scan)
     except CorruptRequest as exc:
         raise RecordsError(
             ErrorCode.INVALID_RECORD, f"Invalid record in topic partition {rules.partition}: {exc}"

@@ -11,9 +11,10 @@ COORDINATOR_LOAD_IN_PROGRESS until loaded) and :meth:`PartitionedCoordinator.res
 
 A change is written as records through the broker's normal append path, awaited like
 acks=-1, and only then applied to memory by ``replay``, the same function that applies
-the records read back when a partition loads (Kafka's CoordinatorShard). Subclasses say
-which topic and settings are theirs (:class:`TopicSettings`) and implement ``decode``,
-``replay``, ``loaded`` and ``unloaded``.
+the records read back when a partition loads (Kafka's CoordinatorShard). Subclasses
+declare their topic (``internal``, an :class:`~brokkr.core.internal_topics.InternalTopic`,
+which their plugin also declares with ``brokkr_internal_topics``) and how long a write
+waits (``write_timeout``), and implement ``decode``, ``replay``, ``loaded`` and ``unloaded``.
 
 The group coordinator (:mod:`brokkr.plugins.groups`) and the transaction coordinator
 (:mod:`brokkr.plugins.transactions`) are both built on it.
@@ -26,8 +27,8 @@ import logging
 import time
 from typing import Any
 
-import attrs
 from brokkr.core.errors import BrokkrError, ErrorCode
+from brokkr.core.internal_topics import InternalTopic
 from brokkr.core.log import OffsetOutOfRange, batch_records
 from brokkr.core.protocol.control import read_end_txn_marker
 from brokkr.core.protocol.records import TRANSACTIONAL_FLAG, BatchHeader, build_batch, iter_batches_untrusted
@@ -81,28 +82,19 @@ def write_error(error: ErrorCode, too_large: ErrorCode = ErrorCode.UNKNOWN_SERVE
     return too_large if error in TOO_LARGE else WRITE_ERRORS.get(error, ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
-@attrs.frozen
-class TopicSettings:
-    """A coordinator's internal topic and the names of the settings that shape it."""
-
-    topic: str
-    num_partitions: str  # e.g. offsets.topic.num.partitions
-    segment_bytes: str
-    replication_factor: str
-    write_timeout: str  # how long a write waits to be acknowledged, in ms
-    min_isr: str | None = None
-
-
 class PartitionedCoordinator:
     """Partition ownership, loading and writing for one coordinator of one broker."""
 
-    settings: TopicSettings
+    #: Its internal topic: name, owner, and the settings it is created from.
+    internal: InternalTopic
+    #: The setting of how long a write waits to be acknowledged, in ms.
+    write_timeout: str
     #: Whether batches with the transactional flag are replayed while loading.
     replays_transactional = False
 
     def __init__(self, broker):
         self.broker = broker
-        self.num_partitions: int = broker.config[self.settings.num_partitions]
+        self.num_partitions: int = self.internal.partitions(broker.config)
         #: partition -> (loaded?, leader epoch) for the partitions this node leads.
         self.owned: dict[int, tuple[bool, int]] = {}
         self._loads: dict[int, asyncio.Task] = {}
@@ -133,7 +125,7 @@ class PartitionedCoordinator:
 
     @property
     def topic(self) -> str:
-        return self.settings.topic
+        return self.internal.name
 
     def start(self) -> None:
         """Alone, take over every partition of the topic if it exists (one broker leads them
@@ -144,28 +136,24 @@ class PartitionedCoordinator:
             self._take_over(topic)
 
     def create_topic(self) -> None:
-        """Create the (compacted) internal topic: what Kafka's first FindCoordinator does,
-        answering COORDINATOR_NOT_AVAILABLE meanwhile. It is created in the background, once
-        at a time: alone, the broker opens its logs a few at a time
-        (``Broker.create_topic_in_turns``) and then takes it over; on a cluster, with the
-        configured replication factor, each partition's leader does."""
+        """Create the internal topic with its own settings (:meth:`InternalTopic.configs`):
+        what Kafka's first FindCoordinator does, answering COORDINATOR_NOT_AVAILABLE
+        meanwhile (and Metadata's auto-creation, through ``InternalTopic.start_creation``).
+        It is created in the background, once at a time: alone, the broker opens its logs a
+        few at a time (``Broker.create_topic_in_turns``) and then takes it over; on a
+        cluster, with the configured replication factor, each partition's leader does."""
         if self._creating is not None:
             return
-        config = self.broker.config
-        configs: dict[str, Any] = {"cleanup.policy": "compact", "segment.bytes": config[self.settings.segment_bytes]}
-        if self.settings.min_isr is not None:
-            configs["min.insync.replicas"] = config[self.settings.min_isr]
-        if self.broker.replicas is None:
-            configs.pop("min.insync.replicas", None)  # one replica: nothing more can acknowledge
+        replicas = self.broker.replicas
+        configs = self.internal.configs(self.broker.config, replicated=replicas is not None)
+        if replicas is None:
             work = self._create_alone(configs)
         else:
-            rf = config[self.settings.replication_factor]
-            work = self.broker.replicas.create_topic(
-                self.topic, self.num_partitions, rf, {k: str(v) for k, v in configs.items()}
-            )
+            rf = self.broker.config[self.internal.replication_factor]
+            work = replicas.create_topic(self.topic, self.num_partitions, rf, configs)
         self._creating = self.spawn(self._create(work), "create topic")
 
-    async def _create_alone(self, configs: dict[str, Any]) -> None:
+    async def _create_alone(self, configs: dict[str, str]) -> None:
         self._take_over(await self.broker.create_topic_in_turns(self.topic, self.num_partitions, configs))
 
     async def _create(self, work) -> None:
@@ -338,7 +326,7 @@ class PartitionedCoordinator:
             return exc.code
         except OSError:
             return ErrorCode.KAFKA_STORAGE_ERROR
-        timeout = self.broker.config[self.settings.write_timeout]
+        timeout = self.broker.config[self.write_timeout]
         if await self.broker.wait_acknowledged({partition: info.last_offset + 1}, timeout):
             return ErrorCode.REQUEST_TIMED_OUT
         if replay:

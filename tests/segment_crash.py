@@ -20,8 +20,10 @@ def hold(harness: Harness) -> threading.Event:
 
 def crash(harness: Harness, release: threading.Event | None = None) -> None:
     """Forget the open storage as a killed process would: the disk work still queued on
-    its flusher never happens (the one running finishes; ``release`` ends a hold)."""
+    its flusher never happens (the one running finishes; ``release`` ends a hold), and its
+    log dirs' locks go with the process."""
     flusher = harness.storage.flusher
+    harness.storage.unlock()
     harness.storage, harness.logs = None, []
     flusher.shutdown(wait=False, cancel_futures=True)
     if release is not None:

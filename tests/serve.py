@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import re
 import subprocess
 import sys
@@ -43,6 +44,24 @@ class Served:
             self._drain.join(timeout=10)
         return "".join(self.lines)
 
+    def rss_mb(self, children: bool = False) -> float:
+        """The broker's resident memory (VmRSS), in MiB; with ``children``, that of its child
+        processes added (its record-walk workers, multiprocessing's resource tracker)."""
+        pids = [self.proc.pid]
+        if children:
+            for tasks in glob.glob(f"/proc/{self.proc.pid}/task/*/children"):
+                with open(tasks) as f:
+                    pids += [int(pid) for pid in f.read().split()]
+        return sum(_rss_kib(pid) for pid in pids) / 1024
+
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(timeout=10)
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    except FileNotFoundError:  # a child that ended meanwhile
+        return 0

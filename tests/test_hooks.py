@@ -105,6 +105,11 @@ class EveryHook:
         return []
 
     @hookimpl
+    def brokkr_internal_topics(self):
+        self.calls["brokkr_internal_topics"] += 1
+        return []
+
+    @hookimpl
     def brokkr_codecs(self):
         self.calls["brokkr_codecs"] += 1
         return []
@@ -260,8 +265,10 @@ def test_hot_hooks_resolve_to_nothing_one_implementation_or_pluggy():
 
     assert direct(partition=None, info=Info, broker=None) == [] and first.seen == 3
     pm.register(second)
-    assert pm.hot.brokkr_after_log_append is pm.hook.brokkr_after_log_append, "several: through pluggy"
-    pm.hot.brokkr_after_log_append(partition=None, info=Info, broker=None)
+    assert pm.hot.brokkr_config_definitions is pm.hook.brokkr_config_definitions, "several: through pluggy"
+    several = pm.hot.brokkr_after_log_append
+    assert several is not pm.hook.brokkr_after_log_append, "an observer: each implementation called on its own"
+    several(partition=None, info=Info, broker=None)
     assert (first.seen, second.seen) == (6, 3)
     pm.unregister(first)
     pm.unregister(second)

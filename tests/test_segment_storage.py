@@ -71,7 +71,7 @@ def test_broker_level_files_after_a_clean_shutdown(harness):
     harness.close()
     d = harness.directory
     meta = files.read_meta_properties(d / "meta.properties")
-    assert meta["version"] == "1" and meta["node.id"] == "0" and len(meta["cluster.id"]) == 22
+    assert meta.version == 1 and meta.node_id == 0 and len(meta.cluster_id) == 22 and meta.directory_id
     assert (d / "recovery-point-offset-checkpoint").read_text() == "0\n1\nt 0 6\n"
     assert (d / "log-start-offset-checkpoint").read_text() == "0\n1\nt 0 2\n"
     assert json.loads((d / ".kafka_cleanshutdown").read_text())["version"] == 0

@@ -18,6 +18,7 @@ from authorizers import Deny
 from brokkr.core import validation
 from brokkr.core.authorization import ResourceType
 from brokkr.core.errors import ErrorCode
+from brokkr.core.protocol import records as batch_format
 from brokkr.core.protocol.records import (
     ATTRIBUTES_OFFSET,
     CONTROL_FLAG,
@@ -30,15 +31,18 @@ from brokkr.core.protocol.records import (
     build_batch,
     crc_ok,
     decode_records,
+    encode_batch,
     encode_record,
     iter_batches_untrusted,
+    read_all_records,
 )
 from brokkr.core.testing import RawClient
 from brokkr.plugins.codecs.gzip import GzipCodec
 from brokkr.plugins.codecs.lz4 import Lz4Codec
 from brokkr.plugins.codecs.snappy import SnappyCodec
 from brokkr.plugins.codecs.zstd import ZstdCodec
-from wire import FETCH, LIST_OFFSETS, PRODUCE, fetch_body, list_offsets_body, produce_body
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from wire import FETCH, LIST_OFFSETS, PRODUCE, fetch_body, list_offsets_body, produce_body, records_section
 
 GZIP = 1
 HOUR = 3_600_000
@@ -173,6 +177,113 @@ def test_a_rebuilt_batch_must_still_fit_max_message_bytes(brokkr_broker):
         r"Message batch size is \d+ bytes in append to partition t-0 which exceeds the maximum configured size of 5000\.",
         part.error_message,
     )
+
+
+# -- uncompressed batches that lie about their records ----------------------------------------
+# Kafka's record iterator reads exactly the records a batch counts (DefaultRecordBatch's
+# RecordIterator: InvalidRecordException, so INVALID_RECORD). brokkr walks them in C
+# (core/protocol/_recordscan.c's check) or, where it is not built, in Python.
+
+PREMATURE_EOF = "Incorrect declared batch size, premature EOF reached"
+RECORDS_REMAINING = "Incorrect declared batch size, records still remaining in file"
+
+
+def with_offset_deltas(*deltas: int, after: bytes = b"") -> bytes:
+    """An uncompressed batch of a record per offset delta (``k0``, ``k1``, ...), its header
+    honest about their number, and ``after`` its records."""
+    return bytes(encode_batch(records_section(*deltas) + after, record_count=len(deltas)))
+
+
+def record_lies():
+    """(name, batch, what Kafka's iterator or brokkr's walk says): three records (33 bytes)
+    and a header that counts others (its offset range agreeing, as validateBatch checks),
+    offset deltas other than 0..n-1, bytes after the last record."""
+    three = with_offset_deltas(0, 1, 2)
+    for count in (2**31 - 1, 1000):  # more than 33 bytes can hold: refused before the walk
+        words = f"{count} records cannot fit in 33 bytes"
+        yield f"counts {count}", rewrite(three, record_count=count, last_offset_delta=count - 1), words
+    yield "counts 4", rewrite(three, record_count=4, last_offset_delta=3), PREMATURE_EOF
+    for count in (2, 1):
+        yield f"counts {count}", rewrite(three, record_count=count, last_offset_delta=count - 1), RECORDS_REMAINING
+    yield (
+        "offset deltas out of order",
+        with_offset_deltas(0, 2, 1),
+        "record 1 has offset delta 2; the offset deltas of a batch of 3 records must be 0 to 2",
+    )
+    yield (
+        "a record past the last offset delta",
+        with_offset_deltas(0, 1, 2**31 - 2),
+        "record 2 has offset delta 2147483646; the offset deltas of a batch of 3 records must be 0 to 2",
+    )
+    yield "trailing bytes", with_offset_deltas(0, 1, 2, after=b"\x00"), RECORDS_REMAINING
+
+
+@pytest.fixture(params=["C", "Python"])
+def record_walk(request, monkeypatch) -> str:
+    """Validation with its C parts (core/protocol/_produce.c, _recordscan.c), or without
+    them, as where brokkr was installed without a C compiler."""
+    if request.param == "Python":
+        monkeypatch.setattr(validation, "_produce", None)
+        monkeypatch.setattr(batch_format, "_recordscan", None)
+    elif validation._produce is None or batch_format._recordscan is None:
+        pytest.skip("brokkr's C modules are not built")
+    return request.param
+
+
+@pytest.mark.parametrize("records, words", [pytest.param(*c[1:], id=c[0]) for c in record_lies()])
+def test_an_uncompressed_batch_lying_about_its_records_is_refused(brokkr_broker, record_walk, records, words):
+    t = topic(brokkr_broker)
+    assert produce(brokkr_broker, t, with_offset_deltas(0, 1, 2)).error_code == ErrorCode.NONE
+    part = produce(brokkr_broker, t, records)
+    assert (part.error_code, part.record_errors) == (ErrorCode.INVALID_RECORD, [])
+    assert part.error_message == f"Invalid record in topic partition {t}-0: {words}"
+    assert log_end(brokkr_broker, t) == 3
+    kept = read_all_records(stored(brokkr_broker, t))
+    assert [(r.offset, r.key) for r in kept] == [(0, b"k0"), (1, b"k1"), (2, b"k2")]
+
+
+def test_a_batch_too_large_for_the_event_loop_is_walked_elsewhere_and_refused(brokkr_broker, record_walk):
+    t = topic(brokkr_broker)
+    n = validation.INLINE_RECORDS + 1000
+    deltas = [*range(n - 2), n - 1, n - 2]  # the last two swapped
+    part = produce(brokkr_broker, t, with_offset_deltas(*deltas))
+    assert (part.error_code, part.error_message) == (
+        ErrorCode.INVALID_RECORD,
+        f"Invalid record in topic partition {t}-0: record {n - 2} has offset delta {n - 1}; the offset deltas of a "
+        f"batch of {n} records must be 0 to {n - 1}",
+    )
+    assert log_end(brokkr_broker, t) == 0
+
+
+def test_a_consumer_reads_the_honest_batches_around_the_lies(brokkr_broker, record_walk):
+    t = topic(brokkr_broker)
+    assert produce(brokkr_broker, t, with_offset_deltas(0, 1)).error_code == ErrorCode.NONE
+    for name, lie, _ in record_lies():
+        assert produce(brokkr_broker, t, lie).error_code == ErrorCode.INVALID_RECORD, name
+    assert produce(brokkr_broker, t, with_offset_deltas(0, 1, 2)).error_code == ErrorCode.NONE
+    consumer = Consumer(
+        {
+            "bootstrap.servers": brokkr_broker.bootstrap_servers,
+            "group.id": "lies",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",  # an offset past the log end shows, rather than a silent reset
+        }
+    )
+    got, deadline = [], time.monotonic() + 20
+    try:
+        consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING)])
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                break
+            got.append((message.offset(), message.key()))
+    finally:
+        consumer.close()
+    assert got == [(0, b"k0"), (1, b"k1"), (2, b"k0"), (3, b"k1"), (4, b"k2")]
 
 
 # -- transactional batches ---------------------------------------------------------------------
@@ -358,7 +469,7 @@ def test_each_batch_is_walked_over_its_own_records_in_a_reused_buffer(brokkr_bro
     )
     assert (part.error_code, part.error_message) == (
         ErrorCode.INVALID_RECORD,
-        f"Invalid record in topic partition {t}-0: truncated varint",
+        f"Invalid record in topic partition {t}-0: Incorrect declared batch size, premature EOF reached",
     )
     assert produce(brokkr_broker, t, batch(after)).error_code == 0
     got = []
@@ -425,6 +536,8 @@ def forbid_walking_records(monkeypatch):
     "configs", [{}, {"message.timestamp.type": "LogAppendTime"}], ids=["CreateTime", "LogAppendTime"]
 )
 def test_uncompressed_batches_are_validated_from_the_header(brokkr_broker, monkeypatch, configs):
+    if batch_format._recordscan is None:
+        pytest.skip("brokkr.core.protocol._recordscan is not built: the records are walked in Python")
     brokkr_broker.call(brokkr_broker.broker.create_topic, "t", 1, configs)
     partition = brokkr_broker.broker.topics["t"].partitions[0]
     forbid_walking_records(monkeypatch)

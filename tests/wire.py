@@ -6,7 +6,7 @@ import time
 
 import zstandard
 from brokkr.core.protocol.frames import request_spec
-from brokkr.core.protocol.records import build_batch, encode_batch
+from brokkr.core.protocol.records import build_batch, encode_batch, encode_record
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 2, 3, 18, 19, 22
 OFFSET_FOR_LEADER_EPOCH, DELETE_TOPICS, CREATE_PARTITIONS = 23, 20, 37
@@ -69,6 +69,12 @@ def init_producer_id_body(
 
 def batch(n: int = 1, timestamp: int = 1_700_000_000_000, value: bytes = b"value") -> bytes:
     return build_batch([(b"key-%d" % i, value) for i in range(n)], timestamp=timestamp)
+
+
+def records_section(*offset_deltas: int) -> bytes:
+    """An uncompressed records section of a record per offset delta (keys ``k0``, ``k1``,
+    ..., values ``v0``, ``v1``, ...), the deltas in order or not."""
+    return b"".join(encode_record(delta, 0, b"k%d" % i, b"v%d" % i) for i, delta in enumerate(offset_deltas))
 
 
 #: The smallest record: length 6, attributes, timestamp and offset deltas 0, null key and value.

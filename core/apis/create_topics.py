@@ -1,4 +1,10 @@
-"""CreateTopics (key 19), versions 2-7, with Kafka's validation and error codes."""
+"""CreateTopics (key 19), versions 2-7, with Kafka's validation and error codes.
+
+An internal topic (``broker.internal_topics``: ``__consumer_offsets``, ...) is created only
+by its owner, with its own settings: a client's request answers INVALID_REQUEST in the
+words Kafka refuses ``__cluster_metadata`` with. (Kafka itself creates ``__consumer_offsets``
+for a client with the partition count asked, which its coordinator then has to live with.)
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,8 @@ CreatableTopicConfigs = _R.struct("CreatableTopicConfigs")
 def _check(broker, t) -> tuple[int, dict, int, dict[int, tuple[int, ...]] | None]:
     """Validate one creatable topic; returns (partitions, config overrides, replication
     factor, explicit replica assignment or None) or raises."""
+    if t.name in broker.internal_topics:  # its owner creates it, with its own settings (core/internal_topics.py)
+        raise BrokkrError(f"Creation of internal topic {t.name} is prohibited.", ErrorCode.INVALID_REQUEST)
     broker.check_new_topic_name(t.name)
     live = set(broker.replicas.membership.brokers()) if broker.replicas is not None else {broker.node_id}
     assignment = None

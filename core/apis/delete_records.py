@@ -1,5 +1,6 @@
 """DeleteRecords (key 21), versions 0-2: advance partitions' log start offsets (Kafka's
-ReplicaManager.deleteRecords). With one replica the new low watermark is known at once,
+ReplicaManager.deleteRecords; an internal topic's records are its coordinator's alone:
+INVALID_TOPIC_EXCEPTION). With one replica the new low watermark is known at once,
 so the request never waits in a purgatory."""
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ async def handle(broker, ctx, request):
                 res = _result(p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             elif partition is None:
                 res = _result(p.partition_index, missing)
+            elif t.name in broker.internal_topics:  # Kafka: "Cannot delete records of internal topic"
+                res = _result(p.partition_index, ErrorCode.INVALID_TOPIC_EXCEPTION)
             elif "delete" not in partition.config["cleanup.policy"]:
                 res = _result(p.partition_index, ErrorCode.POLICY_VIOLATION)
             else:

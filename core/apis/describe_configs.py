@@ -4,7 +4,15 @@ and synonyms, as Kafka's ConfigHelper reports them."""
 from __future__ import annotations
 
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
-from ..config import DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIG_DEFS, ConfigSource, broker_synonyms, format_value
+from ..config import (
+    DYNAMIC_BROKER_CONFIGS,
+    TOPIC_CONFIG_DEFS,
+    ConfigSource,
+    ConfigType,
+    broker_synonyms,
+    format_value,
+    is_sensitive,
+)
 from ..errors import ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
@@ -67,10 +75,16 @@ def _topic_entries(broker, topic, request) -> list:
 
 
 def _broker_entries(broker, request) -> list:
+    """Every defined setting, and every one given that has no definition of its own (per
+    listener, of a family such as ``brokkr.sink.spark.conf.*``, unknown), as Kafka lists
+    its originals; a sensitive one (:func:`~brokkr.core.config.is_sensitive`) with a null value."""
+    config = broker.config
     out = []
-    for name, d in sorted((n, d) for n, d in broker.config.defs.items() if not d.prefix):
-        source = broker.config.source(name)
-        value = None if d.sensitive else format_value(broker.config[name])
+    for name in sorted({n for n, d in config.defs.items() if not d.prefix} | set(config.explicit)):
+        d = config.definition(name)
+        sensitive = is_sensitive(name, d)
+        source = config.source(name)
+        value = None if sensitive else format_value(config[name])
         synonyms = [DescribeConfigsSynonym(name=name, value=value, source=source)] if request.include_synonyms else []
         out.append(
             DescribeConfigsResourceResult(
@@ -78,10 +92,10 @@ def _broker_entries(broker, request) -> list:
                 value=value,
                 read_only=name not in DYNAMIC_BROKER_CONFIGS,
                 config_source=source,
-                is_sensitive=d.sensitive,
+                is_sensitive=sensitive,
                 synonyms=synonyms,
-                config_type=d.type,
-                documentation=d.doc if request.include_documentation else None,
+                config_type=ConfigType.UNKNOWN if d is None else d.type,
+                documentation=d.doc if d is not None and request.include_documentation else None,
             )
         )
     return out

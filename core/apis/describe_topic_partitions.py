@@ -11,7 +11,6 @@ from ..errors import ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
 from .common import leadership, topic_authorized_operations
-from .metadata import INTERNAL_TOPICS
 
 KEY = 75
 _R = response_spec(KEY)
@@ -59,7 +58,7 @@ async def handle(broker, ctx, request):
                 error_code=ErrorCode.NONE,
                 name=name,
                 topic_id=topic.topic_id,
-                is_internal=name in INTERNAL_TOPICS,
+                is_internal=name in broker.internal_topics,
                 partitions=[
                     ResponsePartition(**leadership(broker, topic, i), eligible_leader_replicas=[], last_known_elr=[])
                     for i in partitions

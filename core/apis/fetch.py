@@ -16,11 +16,18 @@ PartitionLog contract) instead of bytes; the response then leaves with sendfile
 (:mod:`brokkr.core.responses`), and the batches are never copied into Python objects. A
 read whose regions are not sent (the fetch waits and reads again, or fails) closes them.
 
+A partition whose topic is deleted while the fetch waits ends the wait at once and is
+answered UNKNOWN_TOPIC_ID (UNKNOWN_TOPIC_OR_PARTITION before v13, which names topics), its
+log never read again; a read that finds its files gone (removed behind the broker's back)
+answers KAFKA_STORAGE_ERROR for that partition alone. The other partitions get their data.
+
 Fetch sessions (KIP-227) are not kept: every response has session id 0, which tells
 clients to send full fetch requests, as Kafka does when its session cache is full.
 """
 
 from __future__ import annotations
+
+import logging
 
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..delayed import DelayedOperation
@@ -33,8 +40,11 @@ from ..replication import diverging_epoch
 from . import Api
 from .common import leader_epoch_error, partition_of, resolve_topic
 
+log = logging.getLogger("brokkr")
+
 KEY = 1
 TOPIC_IDS_VERSION = 13
+STORAGE_ERROR_VERSION = 6  # KAFKA_STORAGE_ERROR from v6 (FetchResponse.json); before, NOT_LEADER_OR_FOLLOWER
 REPLICA_STATE_VERSION = 15
 _R = response_spec(KEY)
 FetchResponse = _R.cls
@@ -75,10 +85,26 @@ def close_regions(responses: list) -> None:
                 p.records.close()
 
 
-def _read_all(broker, plan, max_bytes: int, follower: bool = False, read_committed: bool = False) -> tuple[list, int]:
+def _gone(version: int) -> ErrorCode:
+    """What a partition whose topic was deleted is answered: the topic is unknown."""
+    return ErrorCode.UNKNOWN_TOPIC_ID if version >= TOPIC_IDS_VERSION else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _unreadable(partition, offset: int, exc: OSError, version: int) -> ErrorCode:
+    """A read of a live partition found its files gone or failing: that partition is
+    answered Kafka's storage error, the rest of the fetch as usual."""
+    log.error("%s: the read at offset %d failed: %s; answering a storage error", partition.name, offset, exc)
+    return ErrorCode.KAFKA_STORAGE_ERROR if version >= STORAGE_ERROR_VERSION else ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def _read_all(
+    broker, plan, max_bytes: int, follower: bool = False, read_committed: bool = False, version: int = TOPIC_IDS_VERSION
+) -> tuple[list, int]:
     """Read every readable partition of ``plan`` (up to the high watermark, or the last
     stable offset for read_committed; for a follower, up to the log end); returns the topic
-    responses and bytes read. A failure closes the regions read before it."""
+    responses and bytes read. A partition deleted since the plan was made is not read
+    (answered as an unknown topic); one whose read fails on its files is answered
+    KAFKA_STORAGE_ERROR. Any other failure closes the regions read before it."""
     budget = max_bytes
     min_one = True
     total = 0
@@ -88,6 +114,8 @@ def _read_all(broker, plan, max_bytes: int, follower: bool = False, read_committ
         for t, _topic, items in plan:
             parts = []
             for fp, partition, code in items:
+                if not code and partition.deleted:  # while the fetch waited
+                    code = _gone(version)
                 if code:
                     parts.append(_error(fp.partition, code))
                     continue
@@ -105,6 +133,11 @@ def _read_all(broker, plan, max_bytes: int, follower: bool = False, read_committ
                         aborted = _aborted(partition, fp.fetch_offset, data)
                 except OffsetOutOfRange:
                     code = ErrorCode.OFFSET_OUT_OF_RANGE
+                except OSError as exc:  # e.g. a segment's file gone under the read
+                    if isinstance(data, FileRegion):
+                        opened.pop().close()  # this read's region, the last one opened
+                    parts.append(_error(fp.partition, _unreadable(partition, fp.fetch_offset, exc, version)))
+                    continue
                 if data:
                     min_one = False
                     budget -= len(data)
@@ -176,7 +209,7 @@ async def handle(broker, ctx, request):
         plan = [(t, topic, [(fp, p, e) for fp, p, e in items if id(fp) not in divergent]) for t, topic, items in plan]
     committed = not follower and request.isolation_level == READ_COMMITTED
     max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
-    responses, total = _read_all(broker, plan, max_bytes, follower, committed)
+    responses, total = _read_all(broker, plan, max_bytes, follower, committed, ctx.api_version)
     watched = {p for _, _, items in plan for _, p, err in items if p is not None and not err}
     # A follower told to truncate is answered at once (as Kafka's fetch completes
     # immediately on a diverging epoch), not after waiting for its other partitions' bytes.
@@ -188,12 +221,17 @@ async def handle(broker, ctx, request):
         start = {p: (p.bytes_appended, visible(p)) for p in watched}
 
         def enough() -> bool:
-            new = sum(p.bytes_appended - n for p, (n, seen) in start.items() if follower or visible(p) > seen)
+            new = 0
+            for p, (n, seen) in start.items():
+                if p.deleted:  # answered at once (Kafka's DelayedFetch: a partition no longer known)
+                    return True
+                if follower or visible(p) > seen:
+                    new += p.bytes_appended - n
             return total + new >= request.min_bytes
 
         close_regions(responses)  # not sent: the fetch reads again once it has waited
         await broker.purgatory.wait(DelayedOperation(request.max_wait_ms, enough), watched)
-        responses, total = _read_all(broker, plan, max_bytes, follower, committed)
+        responses, total = _read_all(broker, plan, max_bytes, follower, committed, ctx.api_version)
     if divergent:
         _add_divergent(request, responses, divergent, broker)
     ctx.usage["fetch"] = total

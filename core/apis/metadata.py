@@ -2,8 +2,10 @@
 
 Requesting an unknown topic creates it when both the request (v4+) and
 ``auto.create.topics.enable`` allow it and the principal may CREATE it, with
-``num.partitions`` partitions. Topics the principal may not DESCRIBE are left out of
-an all-topics answer, and answer TOPIC_AUTHORIZATION_FAILED when named. The broker is
+``num.partitions`` partitions; an internal topic (``broker.internal_topics``) is created
+by its owner instead, with its own settings, as Kafka's AutoTopicCreationManager creates
+it, and answers LEADER_NOT_AVAILABLE meanwhile. Topics the principal may not DESCRIBE are
+left out of an all-topics answer, and answer TOPIC_AUTHORIZATION_FAILED when named. The broker is
 given as the client reached it: the listener it connected on, as ``advertised.listeners``
 names it.
 """
@@ -24,16 +26,12 @@ MetadataResponseTopic = _R.struct("MetadataResponseTopic")
 MetadataResponsePartition = _R.struct("MetadataResponsePartition")
 
 
-#: Kafka's internal topics (org.apache.kafka.common.internals.Topic.INTERNAL_TOPICS).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
-
-
 def _topic_response(broker, topic) -> MetadataResponseTopic:
     return MetadataResponseTopic(
         error_code=ErrorCode.NONE,
         name=topic.name,
         topic_id=topic.topic_id,
-        is_internal=topic.name in INTERNAL_TOPICS,
+        is_internal=topic.name in broker.internal_topics,
         partitions=[MetadataResponsePartition(**leadership(broker, topic, i)) for i in range(len(topic.partitions))],
     )
 
@@ -111,6 +109,12 @@ async def _requested_topics(broker, ctx, request) -> list:
                 continue
             if not may_create[name]:
                 out.append(MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
+                continue
+            internal = broker.internal_topics.get(name)
+            if internal is not None:  # created by its owner, with its own settings
+                internal.start_creation(broker)
+                created = MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, is_internal=True)
+                out.append(created)
                 continue
             if name in broker.creating_topics:  # another request is creating it: its leader comes next
                 out.append(MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name))

@@ -73,6 +73,7 @@ async def handle(broker, ctx, request):
     for t, topic, code in topics:
         results = []
         denied = not allowed.get(topic.name if topic else t.name, True)
+        internal = topic is not None and topic.name in broker.internal_topics
         for pd in t.partition_data:
             if denied:
                 res = _result(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -82,6 +83,8 @@ async def handle(broker, ctx, request):
                 res = _result(pd.index, found[1])
             elif verified and verified.get(id(pd), _NONE):
                 res = _unverified(pd.index, verified[id(pd)])
+            elif internal:  # only its owner appends (Kafka's appendToLocalLog: "Cannot append to internal topic")
+                res = _result(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION)
             else:
                 partition = found[0]
                 res, next_offset = await _append(broker, ctx, partition, pd.records, acks)

@@ -257,6 +257,26 @@ def scan_records_c(header: BatchHeader, payload: bytes | memoryview, release_gil
     return RecordScan(timestamp_deltas, offset_deltas, keyless, sequential, low, high)
 
 
+def check_records_c(header: BatchHeader, payload: bytes | memoryview) -> bool:
+    """Whether the (uncompressed) records section holds exactly ``record_count``
+    well-formed records with offset deltas 0..n-1, as the C walk tells without writing
+    anything (``_recordscan.check``, about 20 ns a record). False when it is not built or
+    does not accept them: :func:`scan_records_untrusted` and :func:`check_offset_deltas`
+    then decide, and word what is wrong."""
+    return _recordscan is not None and _recordscan.check(payload, header.record_count)
+
+
+def check_offset_deltas(scan: RecordScan) -> None:
+    """Raise CorruptRequest unless the walked records' offset deltas are 0..n-1."""
+    if not scan.sequential:
+        deltas = scan.offset_deltas
+        index = next(i for i, delta in enumerate(deltas) if delta != i)
+        raise CorruptRequest(
+            f"record {index} has offset delta {deltas[index]}; the offset deltas of a batch of {len(deltas)} records "
+            f"must be 0 to {len(deltas) - 1}"
+        )
+
+
 def scan_records_python(header: BatchHeader, payload: bytes | memoryview) -> RecordScan:
     """:func:`scan_records_untrusted` in Python. It reads the one-byte varints most fields
     are inline and skips keys, values and headers by their lengths; it accepts and refuses
@@ -269,6 +289,8 @@ def scan_records_python(header: BatchHeader, payload: bytes | memoryview) -> Rec
     for index in range(header.record_count):
         if pos < end and (b := buf[pos]) < 0x80:
             length, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif pos >= end:  # Kafka's words: its iterator reads past the last record
+            raise CorruptRequest("Incorrect declared batch size, premature EOF reached")
         else:
             length, pos = _varint(buf, pos, end)
         stop = pos + length

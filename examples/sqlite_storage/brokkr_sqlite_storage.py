@@ -109,10 +109,12 @@ class SqliteLog:
         return [SegmentInfo(base, end, size, ts) for (base, size, ts), end in zip(rows, ends)]
 
     def delete_before(self, offset: int) -> None:
-        if offset <= self._start:
+        if offset < self._start:
             return
         self._start = offset
-        doomed = [(*self.key, s.base_offset) for s in self.segments()[:-1] if s.next_offset <= offset]
+        doomed = [(*self.key, s.base_offset) for s in self.segments() if s.size and s.next_offset <= offset]
+        if offset == self._end:  # every record goes: the next append starts a new segment here
+            self._segment = offset
         self.db.executemany("DELETE FROM batches WHERE topic=? AND partition=? AND segment=?", doomed)
         self.db.execute("INSERT OR REPLACE INTO starts VALUES (?, ?, ?)", (*self.key, offset))
         self.db.commit()

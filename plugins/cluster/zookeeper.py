@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from brokkr.core.cluster import BrokerInfo, ClusterListener, PartitionState, TopicAssignment
+from brokkr.core.cluster import BrokerInfo, ClusterListener, ClusterUnreachable, PartitionState, TopicAssignment
 from brokkr.core.config import ConfigDef, ConfigType, at_least
 from brokkr.core.errors import BrokkrError, ConfigError, ErrorCode
 from brokkr.core.plugins import hookimpl
@@ -53,7 +53,8 @@ CONFIGS = [
         "zookeeper.connection.timeout.ms",
         ConfigType.INT,
         None,
-        "How long to wait for the first connection to ZooKeeper (default: zookeeper.session.timeout.ms).",
+        "How long the broker waits for its first connection to ZooKeeper before it gives up and stops "
+        "(default: zookeeper.session.timeout.ms, as in Kafka).",
         validator=at_least(1),
     ),
     ConfigDef(
@@ -81,7 +82,10 @@ def brokkr_cluster_membership(broker):
         import kazoo  # noqa: F401
     except ImportError:
         raise ConfigError("zookeeper.connect needs kazoo: pip install 'brokkr[cluster]'") from None
-    return ZooKeeperMembership(connect, broker.config)
+    try:
+        return ZooKeeperMembership(connect, broker.config)
+    except ValueError as exc:  # kazoo's reading of the hosts: a bad port, an empty host
+        raise ConfigError(f"invalid value {connect!r} for configuration zookeeper.connect: {exc}") from None
 
 
 def kafka_uuid(u: uuid.UUID) -> str:
@@ -93,15 +97,36 @@ def parse_kafka_uuid(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
+class _FirstConnectionLog(logging.LoggerAdapter):
+    """kazoo's log (``kazoo.client``), except that until the first connection is made its
+    report of each attempt goes to DEBUG and the first failure is kept: an unreachable
+    ZooKeeper is then told once, by the error that names ``zookeeper.connect``, rather than
+    by a warning per retry for ``zookeeper.connection.timeout.ms``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("kazoo.client"), {})
+        self.connecting = True
+        self.first_failure: str | None = None
+
+    def log(self, level, msg, *args, **kwargs) -> None:
+        if self.connecting and logging.INFO <= level < logging.ERROR:
+            if level >= logging.WARNING and self.first_failure is None:
+                self.first_failure = str(msg) % args if args else str(msg)
+            level = logging.DEBUG
+        super().log(level, msg, *args, **kwargs)
+
+
 class ZooKeeperMembership:
     def __init__(self, connect: str, config):
         from kazoo.client import KazooClient
 
+        self.connect = connect
         self.session_timeout = config["zookeeper.session.timeout.ms"] / 1000
-        self.connect_timeout = (
+        self.connect_timeout_ms: int = (
             config["zookeeper.connection.timeout.ms"] or config["zookeeper.session.timeout.ms"]
-        ) / 1000
-        self.zk = KazooClient(hosts=connect, timeout=self.session_timeout)
+        )
+        self._kazoo_log = _FirstConnectionLog()
+        self.zk = KazooClient(hosts=connect, timeout=self.session_timeout, logger=self._kazoo_log)
         self.max_in_flight: int = config["zookeeper.max.in.flight.requests"]
         self.controller_id: int | None = None
         self.controller_epoch = 0
@@ -172,7 +197,7 @@ class ZooKeeperMembership:
         from kazoo.exceptions import NodeExistsError
 
         self.zk.add_listener(self._state_changed)
-        self.zk.start(timeout=self.connect_timeout)
+        self._connect()
         for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/cluster"):
             self.zk.ensure_path(path)
         try:
@@ -182,6 +207,21 @@ class ZooKeeperMembership:
         self.cluster_id = json.loads(self.zk.get("/cluster/id")[0])["id"]
         self._register()
         self._refresh("*")
+
+    def _connect(self) -> None:
+        """The first connection, within ``zookeeper.connection.timeout.ms`` (else
+        ClusterUnreachable, kazoo stopped)."""
+        try:
+            self.zk.start(timeout=self.connect_timeout_ms / 1000)
+        except self.zk.handler.timeout_exception:
+            failure = self._kazoo_log.first_failure
+            raise ClusterUnreachable(
+                f"could not connect to ZooKeeper at zookeeper.connect={self.connect} within "
+                f"{self.connect_timeout_ms} ms (zookeeper.connection.timeout.ms)" + (f": {failure}" if failure else "")
+            ) from None
+        finally:
+            self._kazoo_log.connecting = False
+        log.info("connected to ZooKeeper at %s", self.connect)
 
     def _register(self) -> None:
         """Create this broker's ephemeral /brokers/ids/<id> (at join, and again in a new

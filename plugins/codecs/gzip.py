@@ -26,21 +26,17 @@ class GzipCodec:
         return deflater.compress(data) + deflater.flush()
 
     def decompress(self, data: bytes | memoryview, max_size: int | None = None) -> bytes:
-        inflater = zlib.decompressobj(GZIP_WBITS)
-        try:
-            # One byte past the bound tells "too large" from "exactly max_size".
-            out = inflater.decompress(data, 0 if max_size is None else max_size + 1)
-        except zlib.error as exc:
-            raise DecompressionError(f"gzip: {exc}") from None
-        ensure_within(len(out), max_size)
-        if not inflater.eof or inflater.unused_data:
-            raise DecompressionError("gzip: truncated member or bytes after its end")
-        return out
+        # Streamed, as decompress_into: zlib asked for the whole bound at once would gather
+        # up to the bound in pieces, then join them into as much again.
+        out = bytearray()
+        size = self.decompress_into(data, out, max_size)
+        del out[size:]
+        return bytes(out)
 
     def decompress_into(self, data: bytes | memoryview, out: bytearray, max_size: int | None = None) -> int:
         """Fed a piece of input at a time, each call bounded to a chunk of output: zlib
         copies the input it has not read (``unconsumed_tail``) at every call, and the
-        output it returns."""
+        output it returns; ``out`` grows with the output, to one byte past the bound at most."""
         inflater = zlib.decompressobj(GZIP_WBITS)
         view = memoryview(data)
         bound = math.inf if max_size is None else max_size + 1  # one byte past tells "too large"
@@ -53,7 +49,7 @@ class GzipCodec:
                         break  # the input ran out inside the member
                     piece = view[fed : fed + CHUNK]
                     fed += len(piece)
-                size = place(out, size, inflater.decompress(piece, min(CHUNK, bound - size)))
+                size = place(out, size, inflater.decompress(piece, min(CHUNK, bound - size)), bound)
         except zlib.error as exc:
             raise DecompressionError(f"gzip: {exc}") from None
         ensure_within(size, max_size)

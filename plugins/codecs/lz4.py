@@ -55,7 +55,7 @@ class Lz4Codec:
             return size
         size = 0
         for block in self._blocks(data, max_size):
-            size = place(out, size, block)
+            size = place(out, size, block, math.inf if max_size is None else max_size + 1)
         return size
 
     def _blocks(self, data: bytes | memoryview, max_size: int | None) -> Iterator[bytes]:

@@ -12,9 +12,11 @@ length and a raw snappy block::
 librdkafka writes one raw snappy block, with no framing. Kafka reads both
 (``SnappyInputStream`` falls back to raw data when the magic is absent), and so does this
 codec; it writes xerial framing, as Kafka does. A raw block starts with its uncompressed
-length as a varint, so the size bound is checked before anything is decompressed. Blocks
-are decompressed through cramjam (python-snappy's own backend), which writes them into
-the caller's buffer (``decompress_into``).
+length as a varint, so the size bound is checked before anything is decompressed, and so
+is what the block's bytes can hold at all (:data:`MAX_EXPANSION`): a block is decompressed
+whole, into room made for its declared length, so a few bytes declaring megabytes must
+not make that room. Blocks are decompressed through cramjam (python-snappy's own backend),
+which writes them into the caller's buffer (``decompress_into``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 #: snappy-java's default block size, which Kafka uses.
 XERIAL_BLOCK_SIZE = 32 * 1024
 _BLOCK_LENGTH = struct.Struct(">i")
+#: The most output a byte of a raw snappy block makes: a copy element of 3 bytes writes at
+#: most 64 (literals write what they hold; 1-byte-offset copies, 11 from 2 bytes).
+MAX_EXPANSION = 64 / 3
 
 
 class SnappyCodec:
@@ -81,7 +86,9 @@ def _raw_block_into(block: memoryview, out: bytearray, at: int, max_size: int | 
     except CorruptRequest:
         raise DecompressionError("snappy: block does not start with its length") from None
     ensure_within(declared, max_size)
-    reserve(out, at + declared)
+    if declared > len(block) * MAX_EXPANSION:
+        raise DecompressionError(f"snappy: a block of {len(block)} bytes cannot hold the {declared} it declares")
+    reserve(out, at + declared, None if max_size is None else at + max_size + 1)
     try:
         with memoryview(out) as view:
             written = cramjam.snappy.decompress_raw_into(block, view[at : at + declared])

@@ -1,16 +1,20 @@
 """Codec 4, ``zstd`` (KIP-110): one zstandard frame, at Kafka's default level (3).
 
 The Java client and librdkafka write through a zstd stream, so their frames do not declare
-their content size; kafka-python's do. ``decompress``: a frame that declares its size is
-checked against the bound before anything is allocated. One that does not is decompressed
-in one call into an output buffer capped at the bound (memory is committed only as output
-is written). Only when that call fails is the frame streamed once more, up to one byte past
-the bound, to tell "too large" from "corrupt".
+their content size; kafka-python's do. A frame that declares its size is checked against
+the bound before anything is decompressed; every frame is then streamed into a buffer that
+grows with the output, up to one byte past the bound (``decompress_into``; ``decompress``
+returns what it wrote), so neither a declared size nor the bound is allocated up front.
 
-``decompress_into`` (the record walks, into a buffer they keep) streams the frame into the
-buffer. python-zstandard's streaming reader ends silently on a truncated frame, so the
-frame must also end, by its block headers, exactly where the data ends; any other frame
-goes through ``decompress``, which tells what is wrong with it.
+python-zstandard's streaming reader ends silently on a truncated frame, so the frame must
+also end, by its block headers, exactly where the data ends, and hold the size it declares;
+any other frame is read once more in one call, bounded by what the stream gave, which tells
+what is wrong with it.
+
+A frame's window (up to 128 MiB, zstd's limit) is a buffer its decompression context
+allocates and keeps for the next frame: a context grown past :data:`CONTEXT_KEPT` by a
+frame of a large window is replaced after it, so that one bomb of zeros does not leave each
+thread's context holding a hundred megabytes.
 """
 
 from __future__ import annotations
@@ -26,8 +30,11 @@ LEVEL = 3
 #: The block type whose block holds one byte, repeated (RFC 8878, 3.1.1.2.2).
 RLE_BLOCK = 1
 #: Fewer bytes a block than encoders write (zstd's blocks hold up to 128 KiB): a frame of
-#: smaller blocks is read the slower way (``decompress``).
+#: smaller blocks is read the slower way (in one call).
 SMALLEST_USUAL_BLOCK = 16 * 1024
+#: The most memory a decompression context keeps between frames: the window of zstd's
+#: levels up to 19 (8 MiB) and its tables; those of levels 20-22 (32-128 MiB) are let go.
+CONTEXT_KEPT = 16 * 1024 * 1024
 
 
 class ZstdCodec:
@@ -45,40 +52,37 @@ class ZstdCodec:
         return self._compressor.compress(data)
 
     def decompress(self, data: bytes | memoryview, max_size: int | None = None) -> bytes:
-        try:
-            declared = zstandard.frame_content_size(data)
-        except zstandard.ZstdError as exc:
-            raise DecompressionError(f"zstd: {exc}") from None
-        if declared == 0 and _frame_end(memoryview(data), 0) != len(data):  # zstandard skips empty frames unread
-            raise DecompressionError("zstd: truncated frame or bytes after its end")
-        if declared >= 0:
-            ensure_within(declared, max_size)
-            return self._one_shot(data, 0)
         if max_size is None:  # a stored batch: trusted, no bound to keep
-            return self._decompressor.stream_reader(data, read_across_frames=False).readall()
-        try:
-            return self._one_shot(data, max_size)
-        except DecompressionError:
-            # Too large for the capped buffer, or corrupt: only the former streams past the bound.
-            ensure_within(self._streamed_length(data, max_size + 1), max_size)
-            raise
+            try:
+                return self._decompressor.stream_reader(data, read_across_frames=False).readall()
+            finally:
+                self._let_go_of_a_large_window()
+        out = bytearray()
+        size = self.decompress_into(data, out, max_size)
+        del out[size:]
+        return bytes(out)
 
     def decompress_into(self, data: bytes | memoryview, out: bytearray, max_size: int | None = None) -> int:
         """Streamed straight into ``out``, the frame's end checked by its block headers
         (see the module's docstring)."""
         try:
+            return self._stream_into(data, out, max_size)
+        finally:
+            self._let_go_of_a_large_window()
+
+    def _stream_into(self, data: bytes | memoryview, out: bytearray, max_size: int | None) -> int:
+        try:
             declared = zstandard.frame_content_size(data)
         except zstandard.ZstdError as exc:
             raise DecompressionError(f"zstd: {exc}") from None
         if declared >= 0:
             ensure_within(declared, max_size)
-            reserve(out, declared)
         bound = math.inf if max_size is None else max_size + 1  # one byte past tells "too large"
         reader = self._decompressor.stream_reader(data, read_across_frames=False)
         size = 0
         try:
             while size < bound:
-                reserve(out, size + 1)
+                reserve(out, size + 1, bound)
                 with memoryview(out) as view:
                     got = reader.readinto(view[size : min(len(out), bound)])
                 if not got:
@@ -87,16 +91,19 @@ class ZstdCodec:
         except zstandard.ZstdError as exc:
             raise DecompressionError(f"zstd: {exc}") from None
         ensure_within(size, max_size)
-        if declared not in (-1, size) or _frame_end(memoryview(data), size) != len(data):
-            return place(out, 0, self.decompress(data, max_size))
+        if declared not in (-1, size):
+            raise DecompressionError(f"zstd: the frame declares {declared} bytes and holds {size}")
+        if _frame_end(memoryview(data), size) != len(data):
+            if declared == 0:  # zstandard skips a frame declaring no content unread
+                raise DecompressionError("zstd: truncated frame or bytes after its end")
+            # Truncated, followed by other bytes, or of unusually small blocks: one call
+            # tells, its output bounded by what the stream gave.
+            return place(out, 0, self._one_shot(data, size + 1))
         return size
 
-    def _streamed_length(self, data: bytes | memoryview, limit: int) -> int:
-        """How many bytes, up to ``limit``, the frame yields before it ends or breaks (0)."""
-        try:
-            return len(self._decompressor.stream_reader(data, read_across_frames=False).read(limit))
-        except zstandard.ZstdError:
-            return 0
+    def _let_go_of_a_large_window(self) -> None:
+        if self._decompressor.memory_size() > CONTEXT_KEPT:
+            self._decompressor = zstandard.ZstdDecompressor()
 
     def _one_shot(self, data: bytes | memoryview, max_output_size: int) -> bytes:
         try:

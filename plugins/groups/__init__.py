@@ -25,9 +25,7 @@ from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import hookimpl
 
 from .consumer_config import CONSUMER_CONFIGS, consumer_protocol_enabled
-from .coordinator import OFFSETS_TOPIC, GroupCoordinator
-
-PLUGIN_NAME = "brokkr.groups.coordinator"
+from .coordinator import OFFSETS_TOPIC, PLUGIN_NAME, GroupCoordinator
 
 
 def coordinator_of(broker) -> GroupCoordinator:
@@ -123,6 +121,11 @@ CONFIGS = [
 @hookimpl
 def brokkr_config_definitions():
     return CONFIGS + CONSUMER_CONFIGS
+
+
+@hookimpl
+def brokkr_internal_topics():
+    return [GroupCoordinator.internal]
 
 
 @hookimpl

@@ -15,8 +15,9 @@ import logging
 from typing import Any
 
 from brokkr.core.errors import ErrorCode
+from brokkr.core.internal_topics import InternalTopic
 
-from ..coordinator_partitions import PartitionedCoordinator, TopicSettings, partition_for
+from ..coordinator_partitions import PartitionedCoordinator, partition_for
 from .classic import ClassicGroup, ClassicMember, ClassicState
 from .classic_protocol import ClassicProtocol
 from .consumer_coordinator import ConsumerCoordinator
@@ -30,6 +31,8 @@ from .records import CoordinatorRecord, decode_record, encode_key, encode_value,
 log = logging.getLogger("brokkr.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+#: The name the coordinator is registered under on its broker.
+PLUGIN_NAME = "brokkr.groups.coordinator"
 #: GroupMetadataValue version written (Kafka 2.3+ writes 3).
 GROUP_METADATA_VERSION = 3
 
@@ -40,13 +43,14 @@ class GroupCoordinator(PartitionedCoordinator):
     Registered as a plugin of its broker (``brokkr.groups.coordinator``); the API
     handlers find it with :func:`brokkr.plugins.groups.coordinator_of`."""
 
-    settings = TopicSettings(
+    internal = InternalTopic(
         OFFSETS_TOPIC,
-        "offsets.topic.num.partitions",
-        "offsets.topic.segment.bytes",
-        "offsets.topic.replication.factor",
-        "offsets.commit.timeout.ms",
+        PLUGIN_NAME,
+        num_partitions="offsets.topic.num.partitions",
+        replication_factor="offsets.topic.replication.factor",
+        segment_bytes="offsets.topic.segment.bytes",
     )
+    write_timeout = "offsets.commit.timeout.ms"
     #: Transactional offset commits (TxnOffsetCommit) load as pending until their marker.
     replays_transactional = True
 

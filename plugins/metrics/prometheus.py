@@ -17,7 +17,9 @@ operator's dashboards find them:
   and ``kafka_cluster_partition_highwatermark`` per partition,
   ``kafka_server_delayedoperationpurgatory_purgatorysize``,
   ``kafka_server_replicamanager_underreplicatedpartitions`` (0: one replica), and
-  ``brokkr_hook_calls_total``/``brokkr_hook_seconds_total`` per hook and plugin.
+  ``brokkr_hook_calls_total``/``brokkr_hook_seconds_total`` per hook and plugin, and
+  ``brokkr_observer_failures_total{hook,plugin}``: the exceptions observer implementations
+  raised, which the broker logged and swallowed (``broker.observer_failures``).
 
 Plugins add their own collectors through ``brokkr_metrics_collectors``. With the port
 unset nothing here is registered with the broker's hooks, so the hot path pays nothing.
@@ -26,6 +28,7 @@ unset nothing here is registered with the broker's hooks, so the hot path pays n
 from __future__ import annotations
 
 import collections
+import functools
 import http.server
 import logging
 import threading
@@ -129,6 +132,7 @@ class BrokerMetrics:
     def _timed(self, function, key: tuple[str, str]):
         calls, seconds, clock = self.hook_calls, self.hook_seconds, time.perf_counter
 
+        @functools.wraps(function)  # __wrapped__: an observer's failure is put down to its plugin
         def timed(*args):
             start = clock()
             try:
@@ -162,10 +166,11 @@ class BrokerMetrics:
             self.errors.labels(name, ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)).inc()
         if header.api_key == FETCH:
             for t in response.responses:
-                topic = self.broker.topics_by_id.get(t.topic_id).name if t.topic_id.int else t.topic
+                known = self.broker.topics_by_id.get(t.topic_id) if t.topic_id.int else None
+                topic = known.name if known is not None else t.topic  # "" for a topic id since deleted
                 fetched = sum(len(p.records or b"") for p in t.partitions)
                 failed = any(p.error_code for p in t.partitions)
-                for labels in (topic, ""):
+                for labels in (topic, "") if topic else ("",):
                     self.bytes_out.labels(labels).inc(fetched)
                     if failed:
                         self.failed_fetch.labels(labels).inc()
@@ -198,7 +203,8 @@ def _error_codes(obj: Any, depth: int = 0) -> list[int]:
 
 
 class _Gauges:
-    """Values read when scraped: connections, partitions' logs, the purgatory, hooks."""
+    """Values read when scraped: connections, partitions' logs, the purgatory, hooks,
+    observers' failures."""
 
     def __init__(self, metrics: BrokerMetrics):
         self.metrics = metrics
@@ -240,6 +246,12 @@ class _Gauges:
             calls.add_metric(list(key), n)
             seconds.add_metric(list(key), self.metrics.hook_seconds[key])
         yield from (calls, seconds)
+        failures = CounterMetricFamily(
+            "brokkr_observer_failures", "Exceptions of observer hooks (logged, swallowed).", labels=["hook", "plugin"]
+        )
+        for key, n in sorted(broker.observer_failures.counts.items()):
+            failures.add_metric(list(key), n)
+        yield failures
 
 
 def _handler(metrics: BrokerMetrics) -> type[http.server.BaseHTTPRequestHandler]:

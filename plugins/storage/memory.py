@@ -129,9 +129,11 @@ class MemoryLog(AbortedTxnList):
         return [self._info(i) for i in range(len(self._segments))]
 
     def delete_before(self, offset: int) -> None:
-        if offset <= self._start:
+        if offset < self._start:
             return
         self._start = offset
+        if offset == self._end and self._segments[-1].batches:  # every record goes: a new, empty segment (Kafka's roll)
+            self._segments = [_Segment(offset)]
         while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
             del self._segments[0]
         self.drop_aborted_txns_before(offset)

@@ -28,10 +28,8 @@ from brokkr.core.config import ConfigDef, ConfigType, at_least
 from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import hookimpl
 
-from .coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinator
+from .coordinator import PLUGIN_NAME, TRANSACTION_STATE_TOPIC, TransactionCoordinator
 from .expiry import abort_timed_out_periodically, remove_expired_periodically
-
-PLUGIN_NAME = "brokkr.transactions.coordinator"
 
 
 def transaction_coordinator_of(broker) -> TransactionCoordinator | None:
@@ -112,6 +110,11 @@ CONFIGS = [
 @hookimpl
 def brokkr_config_definitions():
     return CONFIGS
+
+
+@hookimpl
+def brokkr_internal_topics():
+    return [TransactionCoordinator.internal]
 
 
 @hookimpl

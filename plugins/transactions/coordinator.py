@@ -22,8 +22,9 @@ import time
 
 from brokkr.core.broker_client import BrokerClients
 from brokkr.core.errors import ErrorCode
+from brokkr.core.internal_topics import InternalTopic
 
-from ..coordinator_partitions import PartitionedCoordinator, TopicSettings, write_error
+from ..coordinator_partitions import PartitionedCoordinator, write_error
 from .markers import MarkerWriter
 from .metadata import COMPLETE, MAX_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PREPARE, TransactionMetadata, TxnState
 from .records import TxnLogRecord, decode_record, encode_key, encode_value
@@ -31,6 +32,8 @@ from .records import TxnLogRecord, decode_record, encode_key, encode_value
 log = logging.getLogger("brokkr.transactions")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+#: The name the coordinator is registered under on its broker.
+PLUGIN_NAME = "brokkr.transactions.coordinator"
 
 
 def now_ms() -> int:
@@ -41,14 +44,15 @@ class TransactionCoordinator(PartitionedCoordinator):
     """Registered as a plugin of its broker (``brokkr.transactions.coordinator``); found
     with :func:`brokkr.plugins.transactions.transaction_coordinator_of`."""
 
-    settings = TopicSettings(
+    internal = InternalTopic(
         TRANSACTION_STATE_TOPIC,
-        "transaction.state.log.num.partitions",
-        "transaction.state.log.segment.bytes",
-        "transaction.state.log.replication.factor",
-        "request.timeout.ms",
-        "transaction.state.log.min.isr",
+        PLUGIN_NAME,
+        num_partitions="transaction.state.log.num.partitions",
+        replication_factor="transaction.state.log.replication.factor",
+        segment_bytes="transaction.state.log.segment.bytes",
+        min_isr="transaction.state.log.min.isr",
     )
+    write_timeout = "request.timeout.ms"
 
     def __init__(self, broker):
         super().__init__(broker)

@@ -17,8 +17,11 @@ from brokkr.core.protocol.records import (
     _record_at,
     _recordscan,
     build_batch,
+    check_offset_deltas,
+    check_records_c,
     crc_ok,
     decode_records,
+    encode_record,
     iter_batches_untrusted,
     patch_batch,
     read_all_records,
@@ -179,6 +182,44 @@ def test_the_validation_scan_accepts_and_refuses_what_the_record_walk_does():
             walked = _walked_outcome(header, damaged)
             assert _scan_outcome(header, damaged) == _scan_outcome(header, damaged, scan_records_python) == walked
             assert _recordscan is None or _c_scan(header, damaged) in (None, walked)
+
+
+def test_the_c_check_of_uncompressed_records_accepts_what_the_walks_read_in_offset_order():
+    """check_records_c (the C walk of an uncompressed batch that validation reads no
+    further) accepts exactly the sections the Python walk and check_offset_deltas accept,
+    and the plain walk reads with offset deltas 0..n-1; not those with a damaged byte, a
+    miscount, or deltas out of order."""
+    rng = random.Random(12)
+
+    def python_accepts(header, payload):
+        try:
+            check_offset_deltas(scan_records_python(header, payload))
+            return True
+        except CorruptRequest:
+            return False
+
+    outcomes = []
+    for _ in range(400):
+        n = rng.randint(1, 30)
+        deltas = list(range(n))
+        if rng.random() < 0.3:
+            deltas[rng.randrange(n)] = rng.choice([0, n, -1, 2**31 - 1, rng.randrange(n)])
+        payload = bytearray(
+            b"".join(
+                encode_record(d, rng.randint(-3, 3), rng.choice([None, b"k"]), rng.randbytes(rng.randint(0, 40)))
+                for d in deltas
+            )
+        )
+        if rng.random() < 0.3:
+            payload[rng.randrange(len(payload))] = rng.randrange(256)
+        count = n if rng.random() < 0.6 else rng.choice([n - 1, n + 1, 2 * n, 2**31 - 1])
+        header = BatchHeader.unpack(build_batch([(None, None)]))._replace(record_count=count)
+        walked = _walked_outcome(header, bytes(payload))
+        expected = walked != "corrupt" and walked[3]
+        assert python_accepts(header, bytes(payload)) == expected
+        assert check_records_c(header, bytes(payload)) == (_recordscan is not None and expected)
+        outcomes.append(expected)
+    assert 100 < sum(outcomes) < 300, "the cases must include sections both accept and both refuse"
 
 
 def test_the_c_walk_is_built():

@@ -18,6 +18,6 @@ from .storage import SegmentStorage
 def brokkr_open_storage(broker) -> SegmentStorage | None:
     if broker.config["brokkr.storage"] != "segment":
         return None
-    storage = SegmentStorage(broker.config, broker.codecs, broker.node_id, broker.cluster_id)
+    storage = SegmentStorage(broker.config, broker.codecs, broker.node_id, broker.cluster_id, broker.internal_topics)
     broker.cluster_id = storage.cluster_id
     return storage

@@ -2,7 +2,9 @@
 
 In each log directory::
 
-    meta.properties                    version, node.id, cluster.id, directory.id
+    .lock                              locked while a process uses the directory (Kafka's FileLock)
+    meta.properties                    version=1: node.id, cluster.id, directory.id (KRaft);
+                                       version=0: broker.id, cluster.id (ZooKeeper-era Kafka)
     recovery-point-offset-checkpoint   0 / count / "topic partition offset" lines
     log-start-offset-checkpoint        same format
     .kafka_cleanshutdown               present after a clean shutdown
@@ -33,13 +35,18 @@ thread turn by turn.
 from __future__ import annotations
 
 import base64
+import errno
+import fcntl
 import json
 import os
 import re
+import struct
 import uuid
 from pathlib import Path
 
+import attrs
 from brokkr.core.config import read_properties
+from brokkr.core.errors import ConfigError
 from brokkr.core.log import StoredTopic
 
 try:
@@ -63,6 +70,7 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
+LOCK = ".lock"
 PARTITION_METADATA = "partition.metadata"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 CATALOG = "brokkr-topics.json"
@@ -72,6 +80,52 @@ _PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
 
 class CorruptFile(ValueError):
     """A checkpoint or metadata file that does not parse."""
+
+
+class LogDirInUse(ConfigError):
+    """Another process (a broker, brokkr's or Kafka's, or a tool) holds a log dir's lock."""
+
+    exit_status = 1  # the ``brokkr`` command's, as Kafka's start exits when it cannot lock
+
+
+#: ``struct flock`` (l_type, l_whence, l_start, l_len, l_pid) for an open file description lock.
+_FLOCK = struct.Struct("hhqqi")
+
+
+class LogDirLock:
+    """Kafka's ``FileLock`` on ``<dir>/.lock``: an exclusive fcntl lock held until
+    :meth:`release`. On Linux it is an open file description lock, which conflicts with
+    Kafka's (a JVM's fcntl lock) and also with a second lock taken in this same process,
+    by another broker or tool embedded beside it; elsewhere a plain fcntl lock."""
+
+    def __init__(self, directory: Path):
+        self.path = directory / LOCK
+        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if hasattr(fcntl, "F_OFD_SETLK"):
+                fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+            else:
+                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            self.release()
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                raise LogDirInUse(
+                    f"Failed to acquire lock on file {LOCK} in {directory}. "
+                    "A Kafka instance in another process or thread is using this directory."
+                ) from None
+            raise
+
+    def release(self) -> None:
+        """Unlock (closing the descriptor does it); a second call does nothing."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> LogDirLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
@@ -175,10 +229,12 @@ def _read_versioned_lines(path: Path) -> list[list[str]]:
 def _parse_versioned_lines(text: str, source: Path) -> list[list[str]]:
     lines = text.splitlines()
     try:
-        if int(lines[0]) != 0:
+        if lines and int(lines[0]) != 0:
             raise CorruptFile(f"{source}: unknown version {lines[0]}")
+        if len(lines) < 2:  # as Kafka's CheckpointFile reads it: an empty file (Kafka creates them so) has no entries
+            return []
         count = int(lines[1])
-    except (IndexError, ValueError):
+    except ValueError:
         raise CorruptFile(f"{source}: malformed header") from None
     entries = [line.split() for line in lines[2:] if line.strip()]
     if len(entries) != count:
@@ -251,8 +307,50 @@ def partition_metadata_bytes(topic_id: uuid.UUID) -> bytes:
     return f"version: 0\ntopic_id: {kafka_uuid(topic_id)}\n".encode()
 
 
-def read_meta_properties(path: Path) -> dict[str, str]:
-    return read_properties(path) if path.exists() else {}
+@attrs.frozen
+class MetaProperties:
+    """A log dir's ``meta.properties``, as Kafka's ``MetaProperties`` reads it. Version 1
+    (KRaft) has ``node.id`` and ``cluster.id``; version 0 (a ZooKeeper-era broker's, also
+    when ``version`` is missing) may lack either, and calls the node id ``broker.id``.
+    ``directory.id`` is optional in both."""
+
+    version: int
+    node_id: int | None
+    cluster_id: str | None
+    directory_id: uuid.UUID | None = None
+
+
+def read_meta_properties(path: Path) -> MetaProperties | None:
+    """None when there is no such file; CorruptFile, in Kafka's words, for one Kafka would refuse."""
+    if not path.exists():
+        return None
+    fields = read_properties(path)
+    try:
+        version = int(fields.get("version", "0"))
+    except ValueError:
+        raise CorruptFile(f"{path}: Invalid meta.properties version string '{fields['version']}'") from None
+    if version not in (0, 1):
+        raise CorruptFile(f"{path}: Unknown meta.properties version number {version}")
+    v0 = version == 0
+    id_name = "broker.id" if v0 else "node.id"
+    node_id = None
+    if id_name in fields or not v0:
+        try:
+            node_id = int(fields[id_name])
+        except KeyError:
+            raise CorruptFile(f"{path}: {id_name} was not found.") from None
+        except ValueError:
+            raise CorruptFile(f"{path}: Failed to parse {id_name} property as an int: {fields[id_name]}") from None
+    cluster_id = fields.get("cluster.id")
+    if cluster_id is None and not v0:
+        raise CorruptFile(f"{path}: cluster.id was not found.")
+    directory_id = None
+    if "directory.id" in fields:
+        try:
+            directory_id = parse_kafka_uuid(fields["directory.id"])
+        except ValueError as exc:
+            raise CorruptFile(f"{path}: Unable to read directory.id as a Uuid: {exc}") from None
+    return MetaProperties(version, node_id, cluster_id, directory_id)
 
 
 def write_meta_properties(path: Path, node_id: int, cluster_id: str, directory_id: uuid.UUID) -> None:

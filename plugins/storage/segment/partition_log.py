@@ -394,7 +394,13 @@ class SegmentLog:
         ]
 
     def delete_before(self, offset: int) -> None:
-        if offset <= self._start:
+        if offset < self._start:
+            return
+        if offset == self.log_end_offset > self._segments[-1].base_offset:
+            # Every record goes: as Kafka's deleteSegments, roll a new, empty segment at the
+            # log end (a log always has one), so that the old active one can go too.
+            self._roll(offset)
+        elif offset == self._start:
             return
         self._start = offset
         doomed = []

@@ -1,13 +1,17 @@
 """The broker's log directories (Kafka's LogManager): which partition lives where, the
 checkpoints, the clean-shutdown marker and the topic catalog.
 
-At start, each of ``log.dirs`` is created if needed and checked against its
-``meta.properties`` (a directory written by another node id is refused; the cluster id
-is kept across restarts). A directory without ``.kafka_cleanshutdown`` was not shut down
+At start, each of ``log.dirs`` is created if needed and locked (``.lock``, as Kafka's
+LogManager locks it: a directory another process or an embedded broker holds is refused;
+released at close), then checked against its ``meta.properties`` (Kafka's version 1, or
+version 0 of a ZooKeeper-era broker: a directory written by another node id, or of
+another cluster than the other directories, is refused; the cluster id is kept; a Kafka
+broker's file is left as it is). A directory without ``.kafka_cleanshutdown`` was not shut down
 cleanly, so its partitions are recovered from their recovery points. Partition
 directories the catalog does not list (copied from a Kafka broker, say) are adopted with
 the ids and settings Kafka's KRaft metadata log gives them (:mod:`.kraft`), or without it
-with no time or size retention, and recorded in the catalog. ``__cluster_metadata`` itself
+with no time or size retention (an internal topic: with its own settings), and recorded
+in the catalog. ``__cluster_metadata`` itself
 is left as it is. New partitions go to the directory holding the fewest.
 
 One thread, the flusher, does this storage's disk waits off the event loop, in the order
@@ -22,11 +26,13 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
 
 from brokkr.core.config import BrokerConfig, TopicConfig
 from brokkr.core.errors import ConfigError
+from brokkr.core.internal_topics import InternalTopic
 from brokkr.core.log import StoredTopic
 from brokkr.core.partition import CLUSTER_METADATA_TOPIC
 
@@ -43,9 +49,17 @@ class SegmentStorage:
 
     durable = True
 
-    def __init__(self, config: BrokerConfig, codecs: dict, node_id: int, cluster_id: str):
+    def __init__(
+        self,
+        config: BrokerConfig,
+        codecs: dict,
+        node_id: int,
+        cluster_id: str,
+        internal_topics: Mapping[str, InternalTopic] | None = None,
+    ):
         self.codecs = codecs
         self.config = config
+        self.internal_topics = dict(internal_topics or {})  # adopted with their own settings (_adopt)
         self.dirs = [Path(d).absolute() for d in config["log.dirs"]]
         self.cluster_id = cluster_id
         self.flusher = Flusher()
@@ -60,19 +74,23 @@ class SegmentStorage:
         self.found: dict[tuple[str, int], Path] = {}  # partition directories on disk
         self.adopted_epochs: dict[tuple[str, int], int] = {}  # leader epochs from Kafka's metadata log
         self.logs: dict[Path, dict[tuple[str, int], SegmentLog]] = {d: {} for d in self.dirs}
-        for d in self.dirs:
-            self._open_dir(d, node_id)
+        self.locks: list[files.LogDirLock] = []
+        try:  # every directory locked before any is touched, as Kafka's LogManager does
+            for d in self.dirs:
+                d.mkdir(parents=True, exist_ok=True)
+                self.locks.append(files.LogDirLock(d))
+            metas = {d: _read_meta(d, node_id) for d in self.dirs}
+            self.cluster_id = _stored_cluster_id(metas) or cluster_id
+            for d in self.dirs:
+                self._open_dir(d, node_id, metas[d])
+        except BaseException:
+            self.unlock()
+            raise
 
-    def _open_dir(self, d: Path, node_id: int) -> None:
-        d.mkdir(parents=True, exist_ok=True)
-        meta = files.read_meta_properties(d / files.META_PROPERTIES)
+    def _open_dir(self, d: Path, node_id: int, meta: files.MetaProperties | None) -> None:
         marker = d / files.CLEAN_SHUTDOWN
-        self.clean[d] = marker.exists() or not meta  # a new directory has nothing to recover
-        if meta:
-            if meta.get("node.id") != str(node_id):
-                raise ConfigError(f"Stored node id {meta.get('node.id')} in {d} doesn't match node.id {node_id}")
-            self.cluster_id = meta.get("cluster.id", self.cluster_id)
-        else:
+        self.clean[d] = marker.exists() or meta is None  # a new directory has nothing to recover
+        if meta is None:
             files.write_meta_properties(d / files.META_PROPERTIES, node_id, self.cluster_id, uuid.uuid4())
         try:
             self.recovery_points[d] = files.read_offset_checkpoint(d / files.RECOVERY_POINT_CHECKPOINT)
@@ -116,19 +134,28 @@ class SegmentStorage:
         """Topics of partition directories the catalog does not list (copied from a Kafka
         broker, say), with the ids and settings Kafka's KRaft metadata log gives them.
         Without that log their settings are unknown, so no time or size retention applies
-        until an operator sets it: adopting data must never delete it."""
+        until an operator sets it: adopting data must never delete it. An internal topic
+        (``internal_topics``) gets its own settings, under those Kafka's log gives it, and
+        without that log at least its own partition count (the directories of some of its
+        partitions, or of a creation cut short, are not all of it)."""
         kraft = self._kraft_topics()
-        adopted, guessed = [], []
+        adopted, guessed, internal = [], [], []
         for name, partitions in sorted(unlisted.items()):
             first = min(partitions)
             metadata = self.found[name, first] / f"{name}-{first}" / files.PARTITION_METADATA
             topic_id = files.read_partition_metadata(metadata)
             known = kraft.get(name) if kraft else None
+            declared = self.internal_topics.get(name)
+            own = declared.configs(self.config, replicated=False) if declared is not None else {}
             if known is not None:
                 count = max([*partitions, *known.leader_epochs]) + 1
                 self.adopted_epochs.update(((name, p), e) for p, e in known.leader_epochs.items() if p in partitions)
-                configs = self._known_topic_configs(name, known.configs)
+                configs = {**own, **self._known_topic_configs(name, known.configs)}
                 adopted.append(StoredTopic(name, topic_id or known.topic_id, count, configs))
+            elif declared is not None:
+                internal.append(name)
+                count = max(max(partitions) + 1, declared.partitions(self.config))
+                adopted.append(StoredTopic(name, topic_id or uuid.uuid4(), count, own))
             else:
                 guessed.append(name)
                 configs = {"retention.ms": "-1", "retention.bytes": "-1"}
@@ -142,6 +169,8 @@ class SegmentStorage:
                 "unknown, so they get retention.ms=-1 and retention.bytes=-1 (nothing is deleted) until set",
                 guessed,
             )
+        if internal:
+            log.info("adopting internal topics %s from partition directories with their own settings", internal)
         return adopted
 
     def _kraft_topics(self) -> dict[str, kraft.KraftTopic] | None:
@@ -232,13 +261,52 @@ class SegmentStorage:
         self.cleaner.schedule([plog for logs in self.logs.values() for plog in logs.values()])
 
     def close(self) -> None:
-        self.cleaner.close()
-        self.flusher.shutdown(wait=True)  # the fsyncs, snapshots and deletions queued
-        _write_checkpoints(self._checkpoint_entries())
-        for d in self.dirs:
-            # A directory whose partitions were not all opened (so not all recovered) stays unclean.
-            if self.clean[d] or not self._unopened(d):
-                files.write_clean_shutdown(d / files.CLEAN_SHUTDOWN)
+        try:
+            self.cleaner.close()
+            self.flusher.shutdown(wait=True)  # the fsyncs, snapshots and deletions queued
+            _write_checkpoints(self._checkpoint_entries())
+            for d in self.dirs:
+                # A directory whose partitions were not all opened (so not all recovered) stays unclean.
+                if self.clean[d] or not self._unopened(d):
+                    files.write_clean_shutdown(d / files.CLEAN_SHUTDOWN)
+        finally:
+            self.unlock()
+
+    def unlock(self) -> None:
+        """Release the log dirs' locks (at close; a crash releases them with the process)."""
+        for lock in self.locks:
+            lock.release()
+
+
+def _read_meta(d: Path, node_id: int) -> files.MetaProperties | None:
+    """``d``'s meta.properties, whose node id (``node.id``, or a ZooKeeper-era broker's
+    ``broker.id``), where it has one, must be this node's (Kafka's MetaPropertiesEnsemble)."""
+    path = d / files.META_PROPERTIES
+    try:
+        meta = files.read_meta_properties(path)
+    except files.CorruptFile as exc:
+        raise ConfigError(str(exc)) from None
+    if meta is not None and meta.node_id is not None and meta.node_id != node_id:
+        raise ConfigError(
+            f"Stored node id {meta.node_id} doesn't match previous node id {node_id} in {path}. If you moved your "
+            "data, make sure your configured node id matches. If you intend to create a new node, you should "
+            "remove all data in your data directories."
+        )
+    return meta
+
+
+def _stored_cluster_id(metas: dict[Path, files.MetaProperties | None]) -> str | None:
+    """The cluster id the directories' meta.properties agree on (None: none has one)."""
+    found = None
+    for d, meta in metas.items():
+        if meta is None or meta.cluster_id is None:
+            continue
+        if found is not None and meta.cluster_id != found:
+            raise ConfigError(
+                f"Invalid cluster.id in: {d / files.META_PROPERTIES}. Expected {found}, but read {meta.cluster_id}"
+            )
+        found = meta.cluster_id
+    return found
 
 
 def _entries(kept: list, read: dict, live) -> dict[tuple[str, int], int]:
