@@ -231,11 +231,6 @@ def _exactly(s: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
-
-
 @attrs.define
 class Report:
     frames: int = 0
@@ -395,7 +390,7 @@ def run(frames: int, seed: int, check_every: int = 250, log_dir: Path | None = N
             fuzzer = Fuzzer(served.address, seed)
             report = fuzzer.report
             report.baseline_latency = produce_latency(served.address, 20)
-            report.baseline_rss_mb = report.peak_rss_mb = rss_mb(served.proc.pid)
+            report.baseline_rss_mb = report.peak_rss_mb = served.rss_mb()
             create_internal_topics(served.address)
             unmutated = [("fuzz", b) for b in (*lie_batches(), *fuzzer.bomb_batches)] + internal_appends()
             report.internal_appends = send_as_they_are(served.address, unmutated)
@@ -403,7 +398,7 @@ def run(frames: int, seed: int, check_every: int = 250, log_dir: Path | None = N
                 fuzzer.send_one()
                 if n % check_every == 0:
                     report.max_latency = max(report.max_latency, produce_latency(served.address, 1))
-                    report.peak_rss_mb = max(report.peak_rss_mb, rss_mb(served.proc.pid))
+                    report.peak_rss_mb = max(report.peak_rss_mb, served.rss_mb())
                     if served.proc.poll() is not None:
                         break
             fuzzer.close()
@@ -411,7 +406,7 @@ def run(frames: int, seed: int, check_every: int = 250, log_dir: Path | None = N
             report.alive = served.proc.poll() is None
             if report.alive:
                 report.max_latency = max(report.max_latency, produce_latency(served.address, 5))
-                report.end_rss_mb = rss_mb(served.proc.pid)
+                report.end_rss_mb = served.rss_mb()
                 report.log_problems = log_problems(served.address, "fuzz")
             report.tracebacks = served.output().count("Traceback")
             if report.tracebacks:

@@ -14,7 +14,6 @@ import zstandard
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.records import C_WALK, HEADER_SIZE, BatchHeader, build_batch
 from brokkr.core.testing import RawClient
-from serve import Served
 from wire import (
     FETCH,
     LIST_OFFSETS,
@@ -31,22 +30,8 @@ from wire import (
 )
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
-
-
 def part_of(response):
     return response.responses[0].partition_responses[0]
-
-
-@pytest.fixture
-def served(tmp_path):
-    broker = Served(
-        "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path / 'd'}", cwd=tmp_path
-    )
-    yield broker
-    broker.kill()
 
 
 def test_a_tiny_batch_of_half_a_million_records_does_not_stall_other_clients(served):
@@ -57,7 +42,7 @@ def test_a_tiny_batch_of_half_a_million_records_does_not_stall_other_clients(ser
             assert attacker.request(METADATA, 12, metadata_body(t)).topics[0].error_code == 0
         for _ in range(20):  # warm up the well-behaved client's path
             assert part_of(other.request(PRODUCE, 9, produce_body("plain", batch(10)))).error_code == 0
-        baseline_rss = rss_mb(served.proc.pid)
+        baseline_rss = served.rss_mb()
 
         answer: dict = {}
         attack = threading.Thread(
@@ -69,7 +54,7 @@ def test_a_tiny_batch_of_half_a_million_records_does_not_stall_other_clients(ser
             start = time.perf_counter()
             assert part_of(other.request(PRODUCE, 9, produce_body("plain", batch(10)))).error_code == 0
             latencies.append(time.perf_counter() - start)
-            peak_rss = max(peak_rss, rss_mb(served.proc.pid))
+            peak_rss = max(peak_rss, served.rss_mb())
             time.sleep(0.01)
         attack.join()
 

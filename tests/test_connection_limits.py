@@ -129,11 +129,6 @@ def test_queued_max_request_bytes_and_a_frame_stalled_midway(brokkr_broker_facto
     other.close()
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
-
-
 def test_clients_that_never_read_their_fetches_are_closed_and_their_memory_returns(tmp_path):
     served = Served(
         "--override",
@@ -149,7 +144,7 @@ def test_clients_that_never_read_their_fetches_are_closed_and_their_memory_retur
             assert c.request(METADATA, 12, metadata_body("big")).topics[0].error_code == 0
             for _ in range(40):  # 4 MB of records
                 assert c.request(PRODUCE, 9, produce_body("big", batch(100, value=b"x" * 1000))).responses
-        baseline = rss_mb(served.proc.pid)
+        baseline = served.rss_mb()
         hogs = []
         for _ in range(10):
             s = connect(served.address)
@@ -168,7 +163,7 @@ def test_clients_that_never_read_their_fetches_are_closed_and_their_memory_retur
         time.sleep(0.5)
         with RawClient(served.address) as c:  # still serving
             assert c.request(METADATA, 12, metadata_body("big")).topics[0].error_code == 0
-        assert rss_mb(served.proc.pid) - baseline < 50, "memory returns near its baseline once they are gone"
+        assert served.rss_mb() - baseline < 50, "memory returns near its baseline once they are gone"
     finally:
         served.kill()
 
@@ -198,21 +193,21 @@ def test_memory_held_by_frames_stalled_midway_returns_when_their_clients_go(tmp_
         "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path / 'd'}", cwd=tmp_path
     )
     try:
-        baseline = rss_mb(served.proc.pid)
+        baseline = served.rss_mb()
         stalled = []
         for _ in range(10):
             s = connect(served.address)
             s.sendall(struct.pack(">i", 99_000_000) + bytes(8 << 20))  # 8 MB of a 99 MB frame, then nothing
             stalled.append(s)
         time.sleep(1)
-        held = rss_mb(served.proc.pid) - baseline
+        held = served.rss_mb() - baseline
         assert held < 200, f"the broker holds what arrived, not what was declared: {held:.0f} MB"
         for s in stalled:
             s.close()
         time.sleep(1)
         with RawClient(served.address) as c:
             assert c.request(METADATA, 12, metadata_body("t")).topics[0].error_code == 0
-        assert rss_mb(served.proc.pid) - baseline < 30, "and lets it go when they leave"
+        assert served.rss_mb() - baseline < 30, "and lets it go when they leave"
     finally:
         served.kill()
 

@@ -92,15 +92,6 @@ def bomb_batch(name: str) -> bytes:
     return compressed_batch(build(), 1000, COMPRESSION_TYPE_IDS[codec])
 
 
-@pytest.fixture
-def served(tmp_path):
-    broker = Served(
-        "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path / 'd'}", cwd=tmp_path
-    )
-    yield broker
-    broker.kill()
-
-
 def error_of(client: RawClient, batch: bytes) -> tuple[int, str | None]:
     part = client.request(PRODUCE, 9, produce_body("bombs", batch)).responses[0].partition_responses[0]
     return part.error_code, part.error_message
