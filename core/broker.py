@@ -35,10 +35,19 @@ from .delayed import DelayedOperation, Purgatory
 from .errors import BrokkrError, ConfigError, ErrorCode
 from .internal_topics import InternalTopic, collect_internal_topics
 from .listeners import configured_listeners
-from .log import OPEN_TURN_S, AppendInfo, OffsetOutOfRange, Storage, StoredTopic
+from .log import (
+    OPEN_TURN_S,
+    AppendInfo,
+    Capability,
+    OffsetOutOfRange,
+    Storage,
+    StorageCapabilities,
+    StoredTopic,
+    check_capabilities,
+)
 from .offload import OffloadPool
 from .partition import CLUSTER_METADATA_TOPIC, Partition, Topic, validate_topic_name
-from .plugins import create_plugin_manager, describe_plugins
+from .plugins import create_plugin_manager, describe_plugins, refuse_blocking_essentials
 from .producer_ids import ProducerIdManager
 from .replication import ReplicaManager
 from .retention import retention_offset
@@ -78,6 +87,7 @@ class Broker:
             self.node_id = self.config["broker.id"]
         self.cluster_id = str(uuid.uuid4()).replace("-", "")[:22]
         self.listeners: list[Listener] = configured_listeners(self.config)  # bad listener settings fail here
+        refuse_blocking_essentials(disabled, self)  # the storage, membership, authorizer... these settings use
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
         #: Topics whose logs are being opened: in the catalog already, not yet in ``topics``.
@@ -89,9 +99,13 @@ class Broker:
         self.apis: dict[int, Api] = collect_apis(self.hook, self)  # what this broker serves (brokkr_apis)
         self.internal_topics: dict[str, InternalTopic] = collect_internal_topics(self.hook, self)
         self.storage: Storage | None = None
+        self.storage_capabilities: StorageCapabilities | None = None  # what it declared (open_storage)
         self.replicas: ReplicaManager | None = None  # on a cluster (core/replication.py)
         self.producer_ids: ProducerIdManager | None = None
         self.scram_store: Any = None  # the SCRAM credentials, read when first needed (core/scram.py)
+        #: URLs of other services this broker serves (name -> URL), set by plugins at
+        #: brokkr_broker_starting and published in its cluster registration (BrokerInfo.services).
+        self.services: dict[str, str] = {}
         self._server: Server | None = None
         self._stopped: asyncio.Event | None = None
         self._maintenance: asyncio.Task | None = None
@@ -100,11 +114,27 @@ class Broker:
     # -- lifecycle --------------------------------------------------------------------
 
     def open_storage(self) -> Storage:
-        """Collect the codecs and open the storage (``start`` does this first)."""
+        """Collect the codecs and open the storage (``start`` does this first); check what
+        it declares it can do (``storage_capabilities``, see :mod:`brokkr.core.log`) once,
+        refusing a configuration that needs a capability it lacks."""
         self.codecs = collect_codecs(self.hook, self)
+        name = self.config["brokkr.storage"]
         storage = self.hook.brokkr_open_storage(broker=self)
         if storage is None:
-            raise ConfigError(f"no storage plugin answers brokkr.storage={self.config['brokkr.storage']!r}")
+            raise ConfigError(f"no storage plugin answers brokkr.storage={name!r}")
+        try:
+            capabilities = check_capabilities(storage, name)
+            if self.config.get("zookeeper.connect"):
+                capabilities.require(
+                    Capability.LEADER_EPOCHS,
+                    "a cluster (zookeeper.connect)",
+                    "without leader epochs a follower would truncate its log to the high watermark at every "
+                    "leader change; use a storage that keeps them (brokkr.storage=segment)",
+                )
+        except BaseException:
+            storage.close()
+            raise
+        self.storage_capabilities = capabilities
         return storage
 
     async def start(self) -> None:
@@ -420,7 +450,7 @@ class Broker:
         turn_ends = time.perf_counter() + OPEN_TURN_S
         for index in range(first, stored.partitions):
             plog = self.storage.open_log(stored, index, topic.config)
-            into.append(Partition(topic, index, plog, self.node_id))
+            into.append(Partition(topic, index, plog, self.node_id, capabilities=self.storage_capabilities))
             if time.perf_counter() > turn_ends and index + 1 < stored.partitions:
                 yield
                 turn_ends = time.perf_counter() + OPEN_TURN_S
@@ -444,8 +474,9 @@ class Broker:
         assert self.storage is not None
         stored = StoredTopic(topic.name, topic.topic_id, len(topic.partitions), topic.config.override_strings())
         plog = self.storage.open_log(stored, index, topic.config)
-        kept = getattr(plog, "high_watermark", None)  # its replication-offset-checkpoint entry
-        partition = Partition(topic, index, plog, self.node_id)
+        capabilities = self.storage_capabilities
+        kept = plog.high_watermark if capabilities.kept_high_watermark else None  # replication-offset-checkpoint
+        partition = Partition(topic, index, plog, self.node_id, capabilities=capabilities)
         # Committed is what that checkpoint says, or nothing, until the leader says more
         # (or, as leader, the ISR's fetches do).
         start, end = plog.log_start_offset, plog.log_end_offset
@@ -637,7 +668,7 @@ class Broker:
             self.apply_retention: self.config["log.retention.check.interval.ms"] / 1000,
             self.storage.checkpoint: self.config["log.flush.offset.checkpoint.interval.ms"] / 1000,
         }
-        if hasattr(self.storage, "clean_logs"):  # a storage that compacts (optional, see core/log.py)
+        if self.storage_capabilities.compaction:  # a storage that compacts (Capability.COMPACTION)
             intervals[self.storage.clean_logs] = max(self.config["log.cleaner.backoff.ms"], 1) / 1000
         loop = asyncio.get_running_loop()
         due = {task: loop.time() + every for task, every in intervals.items()}

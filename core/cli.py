@@ -213,7 +213,8 @@ def _plugins(args: argparse.Namespace) -> int:
         defs = plugin.brokkr_config_definitions() if "brokkr_config_definitions" in hooks else []
         for d in defs:
             default = HIDDEN if d.default is not None and is_sensitive(d.name, d) else repr(d.default)
-            print(f"  setting {d.name}{'*' if d.prefix else ''} (default {default}): {d.doc}")
+            kind = "topic setting" if d.topic else "setting"
+            print(f"  {kind} {d.name}{'*' if d.prefix else ''} (default {default}): {d.doc}")
             for given in sorted(n for n in config.explicit if n == d.name or (d.prefix and n.startswith(d.name))):
                 print(f"    given {given}={config.shown(given, config.explicit[given])}")
     return 0
@@ -315,7 +316,8 @@ def _version() -> str:
 
 def _add_admin_tools(sub) -> None:
     """``brokkr topics``, ``brokkr configs`` (brokkr.core.tools) and ``brokkr consumer-groups``
-    (brokkr.core.group_tool), modelled on Kafka's tools."""
+    (brokkr.core.group_tool), modelled on Kafka's tools; ``brokkr schemas``
+    (brokkr.core.schema_tool), a schema registry's REST API."""
     from . import tools
 
     topics = sub.add_parser("topics", help="create, list, describe, alter or delete topics of a running broker")
@@ -383,6 +385,10 @@ def _add_admin_tools(sub) -> None:
     run.add_argument("--dry-run", action="store_true", help="show the new offsets only (the default)")
     run.add_argument("--execute", action="store_true", help="commit the new offsets")
     groups.set_defaults(func=group_tool.consumer_groups)
+
+    from . import schema_tool
+
+    schema_tool.add_parser(sub)
 
 
 if __name__ == "__main__":

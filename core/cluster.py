@@ -48,6 +48,8 @@ class BrokerInfo:
     rack: str | None = None
     #: (listener name, host, port) of every advertised listener.
     endpoints: tuple[tuple[str, str, int], ...] = ()
+    #: (name, URL) of the other services it serves, published by plugins (``Broker.services``).
+    services: tuple[tuple[str, str], ...] = ()
 
     def endpoint(self, listener: str) -> tuple[str, int]:
         for name, host, port in self.endpoints:

@@ -79,6 +79,10 @@ class ConfigDef:
     #: A family of settings: every name that starts with ``name`` (ending in ".") takes
     #: this definition (``brokkr.sink.spark.conf.<Spark setting>``).
     prefix: bool = False
+    #: A topic setting a plugin declares (``confluent.value.schema.validation``): taken in
+    #: CreateTopics and AlterConfigs, shown by DescribeConfigs; no broker setting is behind
+    #: it, so a topic without its own value has ``default``.
+    topic: bool = False
 
     def parse(self, raw: Any) -> Any:
         try:
@@ -263,6 +267,16 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
         "broker.id", I, None, "This broker's id in a ZooKeeper cluster (node.id's older name).", validator=at_least(0)
     ),
     ConfigDef("broker.rack", S, None, "This broker's rack: replicas of a partition are spread over racks when placed."),
+    # Core's, not the ZooKeeper plugin's: whether this broker is alone or on a cluster is asked
+    # by core and other plugins (replication factors of the internal topics) whatever plugins
+    # load, and a blocked membership plugin must not turn a cluster's broker into a lone one
+    # (brokkr.plugins.cluster.zookeeper is essential while it is set: plugins.BUILTIN_ROLES).
+    ConfigDef(
+        "zookeeper.connect",
+        S,
+        None,
+        "ZooKeeper's host:port[,host:port...][/chroot]; set, the broker joins that cluster; unset, it runs alone.",
+    ),
     ConfigDef(
         "replica.lag.time.max.ms",
         L,
@@ -472,8 +486,9 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
 
 
 def broker_synonyms(name: str) -> tuple[str, ...]:
-    """The broker-level names behind topic setting ``name``."""
-    return SYNONYMS.get(name, (TOPIC_CONFIG_DEFS[name].synonym,))
+    """The broker-level names behind topic setting ``name`` (none behind a plugin's)."""
+    d = TOPIC_CONFIG_DEFS.get(name)
+    return SYNONYMS.get(name, (d.synonym,) if d is not None else ())
 
 
 #: Broker settings that change at run time (IncrementalAlterConfigs/AlterConfigs on a broker
@@ -585,7 +600,14 @@ class BrokerConfig(Mapping[str, Any]):
     """The broker's resolved settings: a read-only mapping of Kafka names to typed values."""
 
     def __init__(self, values: Mapping[str, Any] | None = None, defs: Iterable[ConfigDef] = ()):
-        self.defs: dict[str, ConfigDef] = {d.name: d for d in (*BROKER_CONFIGS, *defs)}
+        defs = tuple(defs)
+        self.defs: dict[str, ConfigDef] = {d.name: d for d in (*BROKER_CONFIGS, *defs) if not d.topic}
+        #: Topic settings: Kafka's, and those the plugins declare (``ConfigDef.topic``).
+        self.topic_defs: dict[str, ConfigDef] = {**TOPIC_CONFIG_DEFS, **{d.name: d for d in defs if d.topic}}
+        #: Told of every topic's settings as they are made (a topic created, loaded or altered,
+        #: the broker defaults behind them changed) and of settings only being checked: a plugin
+        #: whose work a topic setting turns on registers itself here (see ``ConfigDef.topic``).
+        self.topic_config_watchers: list[Callable[[TopicConfig], None]] = []
         self.explicit: dict[str, Any] = {}
         for key, raw in (values or {}).items():
             d = self.definition(key)
@@ -662,17 +684,21 @@ class BrokerConfig(Mapping[str, Any]):
         derive = _DERIVED.get(name)
         if derive is not None:
             return derive(self)
-        return self._values[TOPIC_CONFIG_DEFS[name].synonym]
+        d = self.topic_defs[name]
+        return d.default if d.topic else self._values[d.synonym]
 
     def topic_config(self, overrides: Mapping[str, Any] | None = None) -> TopicConfig:
-        return TopicConfig(self, validate_topic_overrides(overrides or {}))
+        return TopicConfig(self, validate_topic_overrides(overrides or {}, self.topic_defs))
 
 
-def validate_topic_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Typed values for topic settings; ConfigError names an unknown key or bad value."""
+def validate_topic_overrides(
+    overrides: Mapping[str, Any], defs: Mapping[str, ConfigDef] = TOPIC_CONFIG_DEFS
+) -> dict[str, Any]:
+    """Typed values for topic settings (``defs``: a broker's ``topic_defs``, plugins' included);
+    ConfigError names an unknown key or bad value."""
     out = {}
     for key, raw in overrides.items():
-        d = TOPIC_CONFIG_DEFS.get(key)
+        d = defs.get(key)
         if d is None:
             raise ConfigError(f"Unknown topic config name: {key}")
         out[key] = d.parse(raw)
@@ -690,11 +716,13 @@ class TopicConfig(Mapping[str, Any]):
     def replace(self, overrides: dict[str, Any]) -> None:
         """Make ``overrides`` (typed, validated) the topic's own settings, in place, so that
         everything holding this object (the topic, its partitions' logs) sees them at once."""
-        values = {name: self.broker.topic_default(name) for name in TOPIC_CONFIG_DEFS}
+        values = {name: self.broker.topic_default(name) for name in self.broker.topic_defs}
         values.update(overrides)
         self.overrides, self._values = dict(overrides), values
         self.derived: dict[Any, Any] = {}  # what readers computed from these settings, by their key
         self.version += 1
+        for watch in self.broker.topic_config_watchers:
+            watch(self)
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]

@@ -149,6 +149,10 @@ def brokkr_config_definitions() -> list[ConfigDef]:
     Values for these names from ``server.properties`` or ``--override`` are parsed and
     validated with the returned definitions and are then available as
     ``broker.config[name]``.
+    A definition with ``topic=True`` declares a topic setting instead (CreateTopics,
+    AlterConfigs and DescribeConfigs take it; ``partition.config[name]``, its ``default``
+    where the topic has no value); ``broker.config.topic_config_watchers`` tells a plugin
+    of each topic's settings as they are made.
 
     :return: A list of :class:`brokkr.core.config.ConfigDef`. All results are used.
     """

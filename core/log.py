@@ -6,21 +6,43 @@ partition (Kafka's ``UnifiedLog``). The core assigns offsets (patching each batc
 before it calls :meth:`PartitionLog.append`, so a log stores bytes it is given and answers
 reads; it never parses requests. :mod:`brokkr.core.storage_contract` is the test suite
 every backend must pass, shipped so third-party backends can run it too.
+
+Beyond that base contract a storage may do more: each such :class:`Capability` is a
+typed protocol below (:class:`LeaderEpochs`, :class:`ReadRegions`, :class:`TxnIndex`,
+:class:`ProducerSnapshots`, :class:`KeptHighWatermark` for its logs; :class:`Compaction`,
+:class:`LogDirs` for the storage itself). A storage declares the ones it has in
+``Storage.capabilities`` (a :class:`Capability` flag; the same for every log it opens):
+
+    capabilities = Capability.TXN_INDEX | Capability.PRODUCER_SNAPSHOTS
+
+The broker checks the declaration once, when it opens the storage
+(:func:`check_capabilities`, ``Broker.open_storage``), and keeps the answer as a
+:class:`StorageCapabilities` (``broker.storage_capabilities``, ``partition.capabilities``)
+that every path reads, instead of probing objects for methods: a declared capability is
+used, an undeclared one never is, and a setting that needs one the storage lacks is
+refused at start (a cluster, ``zookeeper.connect``, needs :class:`LeaderEpochs`). The
+contract suite runs each capability's tests for the storages declaring it, and fails one
+whose logs lack a capability it declares.
 """
 
 from __future__ import annotations
 
+import enum
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
-from .errors import BrokkrError, ErrorCode
+from .errors import BrokkrError, ConfigError, ErrorCode
 from .protocol.records import HEADER_SIZE, BatchHeader, Record, decode_records
 
 if TYPE_CHECKING:
     from .config import TopicConfig
+    from .file_region import FileRegion
+    from .txn_index import AbortedTxn
     from .validation import Codec
 
 
@@ -129,14 +151,6 @@ class PartitionLog(Protocol):
         A read may stop at a segment's end. Raise :class:`OffsetOutOfRange` outside
         [log_start_offset, log_end_offset]."""
 
-    # Optional: ``read_region(offset, max_bytes, max_offset, min_one) -> FileRegion |
-    # bytes | None`` chooses the same batches as ``read`` (same arguments, same
-    # OffsetOutOfRange) but answers where they lie in a file
-    # (:class:`brokkr.core.file_region.FileRegion`, with a descriptor of its own) instead
-    # of their bytes, or None when ``read`` would return b"". It may answer the bytes
-    # themselves for a few (``file_region.MIN_BYTES``). Fetch sends regions with
-    # sendfile; storages without files leave it out.
-
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The first record at or after the log start with a timestamp >= ``timestamp``,
         or None."""
@@ -157,18 +171,8 @@ class PartitionLog(Protocol):
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset``, which must fall on a batch
-        boundary; the log end offset becomes ``offset``. Producer snapshots above it go too."""
-
-    def write_producer_snapshot(self, offset: int, data: bytes) -> None:
-        """Keep ``data``, the partition's producer state as of ``offset`` (the log end
-        offset when the core writes it; Kafka's ``.snapshot`` bytes, encoded and decoded by
-        :mod:`brokkr.core.producer_state`). Written atomically, replacing one at the same
-        offset; a log keeps at least the two newest, so that one is left after a
-        truncation below the newest."""
-
-    def latest_producer_snapshot(self) -> tuple[int, bytes] | None:
-        """The newest producer snapshot at or below the log end offset, as ``(offset,
-        data)``, or None."""
+        boundary; the log end offset becomes ``offset``. What a capability keeps past it
+        goes too (producer snapshots, leader epochs, aborted transactions)."""
 
     def close(self) -> None:
         """Flush and release resources; data stays."""
@@ -183,8 +187,9 @@ class Storage(Protocol):
 
     #: Whether logs and the catalog survive a restart.
     durable: bool
-    # Optional: a storage that keeps partitions in files lists its directories as ``dirs``
-    # (DescribeLogDirs reports each, empty or not; segment paths say which holds what).
+    #: What it (and every log it opens) can do beyond this contract; a storage without
+    #: the attribute declares nothing (``Capability(0)``).
+    capabilities: Capability
 
     def load_topics(self) -> list[StoredTopic]:
         """The topics kept from earlier runs, once their logs are recovered."""
@@ -215,3 +220,183 @@ class Storage(Protocol):
     def close(self) -> None:
         """Called once after every log is closed: the final checkpoint; the next start is
         a clean one."""
+
+
+# -- capabilities ------------------------------------------------------------------------
+
+
+class Capability(enum.Flag):
+    """What a storage can do beyond :class:`Storage` and :class:`PartitionLog`, declared in
+    ``Storage.capabilities``; each names the protocol the storage's logs (or, for
+    COMPACTION and LOG_DIRS, the storage itself) then satisfy."""
+
+    LEADER_EPOCHS = enum.auto()  #: :class:`LeaderEpochs`: needed on a cluster
+    READ_REGIONS = enum.auto()  #: :class:`ReadRegions`: fetches leave with sendfile
+    TXN_INDEX = enum.auto()  #: :class:`TxnIndex`: else the broker keeps the list in memory
+    PRODUCER_SNAPSHOTS = enum.auto()  #: :class:`ProducerSnapshots`: else a start replays the whole log
+    KEPT_HIGH_WATERMARK = enum.auto()  #: :class:`KeptHighWatermark`: else a cluster replica starts at the log start
+    COMPACTION = enum.auto()  #: :class:`Compaction`: else compacted topics are never cleaned
+    LOG_DIRS = enum.auto()  #: :class:`LogDirs`: DescribeLogDirs reports them
+
+
+@runtime_checkable
+class LeaderEpochs(Protocol):
+    """A log keeping Kafka's leader-epoch-checkpoint: where each leader epoch starts. A
+    follower truncates by it when the leader changes (KIP-101); without it a follower
+    could only truncate to the high watermark at every change, so a cluster refuses a
+    storage lacking it. ``truncate_to`` drops the epochs starting at or past its offset,
+    ``delete_before`` moves the one in force to the new start."""
+
+    def leader_epochs(self) -> list[tuple[int, int]]:
+        """(epoch, start offset) of each leader epoch, oldest first ([] for none)."""
+
+    def assign_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` at the log end (the broker became leader), unless it is not
+        above the latest (Kafka's ``LeaderEpochFileCache.assign``); kept durably."""
+
+
+@runtime_checkable
+class ReadRegions(Protocol):
+    """A log whose batches lie in files: fetches send them with sendfile."""
+
+    def read_region(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> FileRegion | bytes | None:
+        """The batches :meth:`PartitionLog.read` chooses (same arguments, same
+        OffsetOutOfRange), as where they lie in a file (a
+        :class:`brokkr.core.file_region.FileRegion` with a descriptor of its own), or None
+        when ``read`` would return b"". It may answer the bytes themselves for a few
+        (fewer than ``file_region.MIN_BYTES``)."""
+
+
+@runtime_checkable
+class TxnIndex(Protocol):
+    """A log keeping its aborted transactions (Kafka's ``.txnindex``); without one the
+    broker keeps them in memory (:class:`brokkr.core.txn_index.AbortedTxnList`, which
+    satisfies this protocol too) and replays the whole log at open to rebuild them."""
+
+    def append_aborted_txn(self, txn: AbortedTxn) -> None:
+        """Keep an aborted transaction (its marker was just appended)."""
+
+    def aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [``fetch_offset``, ``upper_bound``), in
+        marker order (Kafka's ``collectAbortedTxns``)."""
+
+    def truncate_aborted_txns(self, offset: int) -> None:
+        """Forget those whose marker is at or after ``offset`` (a replay from there adds them again)."""
+
+
+@runtime_checkable
+class ProducerSnapshots(Protocol):
+    """A log keeping the producer state at some offsets, so that an open replays only
+    what follows the latest (without them it replays the whole log)."""
+
+    def write_producer_snapshot(self, offset: int, data: bytes) -> None:
+        """Keep ``data``, the partition's producer state as of ``offset`` (the log end
+        offset when the core writes it; Kafka's ``.snapshot`` bytes, encoded and decoded by
+        :mod:`brokkr.core.producer_state`). Written atomically, replacing one at the same
+        offset; a log keeps at least the two newest, so that one is left after a
+        truncation below the newest; a truncation drops those above its offset."""
+
+    def latest_producer_snapshot(self) -> tuple[int, bytes] | None:
+        """The newest producer snapshot at or below the log end offset, as ``(offset,
+        data)``, or None."""
+
+
+@runtime_checkable
+class KeptHighWatermark(Protocol):
+    """A log told the partition's high watermark and last stable offset after each move:
+    it keeps the high watermark across restarts (Kafka's replication-offset-checkpoint),
+    where a cluster replica starts from, and compacts nothing at or past the LSO."""
+
+    #: As the broker last set it (None before); after a restart, as last kept.
+    high_watermark: int | None
+    last_stable_offset: int | None
+
+
+@runtime_checkable
+class Compaction(Protocol):
+    """A storage that compacts the logs of ``cleanup.policy=compact`` topics."""
+
+    def clean_logs(self) -> None:
+        """Start cleaning the compacted logs that need it, off the event loop (called on
+        it every ``log.cleaner.backoff.ms``)."""
+
+
+@runtime_checkable
+class LogDirs(Protocol):
+    """A storage keeping partitions in directories: DescribeLogDirs reports each, empty or
+    not; a log's segment paths (``<dir>/<topic>-<partition>/...``) say which holds it."""
+
+    dirs: Sequence[Path]
+
+
+#: The protocol each capability stands for.
+PROTOCOLS: dict[Capability, type] = {
+    Capability.LEADER_EPOCHS: LeaderEpochs,
+    Capability.READ_REGIONS: ReadRegions,
+    Capability.TXN_INDEX: TxnIndex,
+    Capability.PRODUCER_SNAPSHOTS: ProducerSnapshots,
+    Capability.KEPT_HIGH_WATERMARK: KeptHighWatermark,
+    Capability.COMPACTION: Compaction,
+    Capability.LOG_DIRS: LogDirs,
+}
+#: Those the storage object itself implements; the others, every log it opens.
+OF_THE_STORAGE = Capability.COMPACTION | Capability.LOG_DIRS
+
+
+@attrs.frozen
+class StorageCapabilities:
+    """A storage's declared capabilities, checked once (:func:`check_capabilities`) and
+    read as plain booleans wherever the broker would otherwise ask an object what it has."""
+
+    storage: str  #: how messages name it: its ``brokkr.storage`` and class
+    declared: Capability
+    leader_epochs: bool = False
+    read_regions: bool = False
+    txn_index: bool = False
+    producer_snapshots: bool = False
+    kept_high_watermark: bool = False
+    compaction: bool = False
+    log_dirs: bool = False
+
+    def require(self, needed: Capability, by: str, because: str) -> None:
+        """Refuse (ConfigError) a setting ``by`` that needs ``needed`` when the storage lacks it."""
+        missing = needed & ~self.declared
+        if missing:
+            raise ConfigError(
+                f"{by} needs the storage capability {_names(missing)} (brokkr.core.log), which "
+                f"{self.storage} does not declare: {because}"
+            )
+
+
+def check_capabilities(storage: Storage, name: str) -> StorageCapabilities:
+    """What ``storage`` (selected by ``brokkr.storage=name``) declares, checked: the one
+    place that looks at a storage object for what it has. A declared storage-level
+    capability it does not implement is refused (ConfigError); its logs' are checked by
+    the contract suite (:func:`unimplemented`), never on the broker's paths."""
+    who = f"brokkr.storage={name} ({type(storage).__qualname__})"
+    declared = getattr(storage, "capabilities", Capability(0))
+    if not isinstance(declared, Capability):
+        raise ConfigError(f"{who} declares capabilities {declared!r}, not a brokkr.core.log.Capability")
+    missing = unimplemented(storage, declared & OF_THE_STORAGE)
+    if missing:
+        raise ConfigError(f"{who} declares {_names(missing)} but does not implement {_protocols(missing)}")
+    flags = {c.name.lower(): c in declared for c in Capability}
+    return StorageCapabilities(who, declared, **flags)
+
+
+def unimplemented(obj: object, declared: Capability) -> Capability:
+    """The capabilities of ``declared`` whose protocol ``obj`` (a storage or one of its
+    logs) does not satisfy: members missing by name (their signatures are not checked)."""
+    missing = Capability(0)
+    for capability in declared:
+        if not isinstance(obj, PROTOCOLS[capability]):
+            missing |= capability
+    return missing
+
+
+def _names(capabilities: Capability) -> str:
+    return ", ".join(c.name for c in capabilities)
+
+
+def _protocols(capabilities: Capability) -> str:
+    return ", ".join(f"brokkr.core.log.{PROTOCOLS[c].__name__}" for c in capabilities)

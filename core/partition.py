@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .config import TopicConfig
 from .errors import BrokkrError, ErrorCode
-from .log import AppendInfo, PartitionLog
+from .log import AppendInfo, PartitionLog, StorageCapabilities, TxnIndex
 from .producer_state import aborted_entry, rebuild_producer_state
 from .protocol.control import EndTxnMarker, encode_marker_batch, read_end_txn_marker
 from .protocol.records import BatchHeader, iter_batches_untrusted, patch_batch
@@ -45,12 +45,14 @@ def validate_topic_name(name: str) -> None:
         )
 
 
-def _last_leader_epoch(log: PartitionLog) -> int:
+def _last_leader_epoch(log: PartitionLog, capabilities: StorageCapabilities) -> int:
     """The leader epoch of the log's last batch (0 for an empty log), so that batches
     appended after a restart, or to a partition adopted from a Kafka broker, never go
     back to an older epoch than those already in the log. A log that keeps Kafka's
-    leader-epoch-checkpoint (``latest_epoch``) may hold a later epoch with no batch yet."""
-    latest = max(getattr(log, "latest_epoch", 0), 0)
+    leader-epoch-checkpoint (:class:`~brokkr.core.log.LeaderEpochs`) may hold a later
+    epoch with no batch yet."""
+    epochs = log.leader_epochs() if capabilities.leader_epochs else None
+    latest = max(epochs[-1][0], 0) if epochs else 0
     end = log.log_end_offset
     if end <= log.log_start_offset:
         return latest
@@ -64,19 +66,23 @@ class Partition:
     ``producers`` is its producer state (:mod:`brokkr.core.producer_state`), rebuilt from
     the log's latest producer snapshot when the partition is opened. ``aborted`` holds its
     aborted transactions (:mod:`brokkr.core.txn_index`): the log itself when it keeps a
-    ``.txnindex`` (``append_aborted_txn``), else a list in memory."""
+    ``.txnindex`` (``Capability.TXN_INDEX``), else a list in memory. ``capabilities`` are
+    its storage's (:class:`~brokkr.core.log.StorageCapabilities`), the same for every log."""
 
-    def __init__(self, topic: Topic, index: int, log: PartitionLog, node_id: int = 0):
+    def __init__(
+        self, topic: Topic, index: int, log: PartitionLog, node_id: int = 0, *, capabilities: StorageCapabilities
+    ):
         self.topic = topic
         self.index = index
         self.name = f"{topic.name}-{index}"  # "topic-N", as Kafka names a TopicPartition
         self.log = log
-        self.leader_epoch = _last_leader_epoch(log)
+        self.capabilities = capabilities
+        self.leader_epoch = _last_leader_epoch(log, capabilities)
         self.high_watermark = log.log_end_offset
         self.bytes_appended = 0  # monotonic, lets delayed fetches count new bytes cheaply
         self.storage_error: OSError | None = None  # why appends fail, while they do
         self.deleted = False  # its topic was deleted: its log is gone (a waiting fetch answers at once)
-        self.aborted = log if hasattr(log, "append_aborted_txn") else AbortedTxnList()
+        self.aborted: TxnIndex = log if capabilities.txn_index else AbortedTxnList()
         self.rebuild_producer_state()
         # Replication (core/replication.py). Alone, this node is the leader, the only
         # replica and the ISR, and the high watermark is the log end.
@@ -89,8 +95,8 @@ class Partition:
         #: it was last caught up with the log end (monotonic seconds).
         self.follower_end: dict[int, int] = {}
         self.follower_caught_up: dict[int, float] = {}
-        #: Whether the log records the high watermark (a replication-offset-checkpoint).
-        self.log_keeps_high_watermark = hasattr(log, "high_watermark")
+        #: Whether the log keeps the high watermark (KeptHighWatermark), resolved once: asked at every move.
+        self.log_keeps_high_watermark = capabilities.kept_high_watermark
         self.tell_log()
 
     def tell_log(self) -> None:
@@ -112,9 +118,10 @@ class Partition:
     def rebuild_producer_state(self) -> None:
         """Rebuild the producer and transaction state from the log (at open, after a
         truncation). A log that keeps no aborted-transaction index is replayed whole, so
-        that the in-memory list holds every aborted transaction again."""
-        whole = self.aborted is not self.log
-        self.producers = rebuild_producer_state(self.name, self.log, self.aborted, use_snapshot=not whole)
+        that the in-memory list holds every aborted transaction again; so is one that keeps
+        no producer snapshots."""
+        use_snapshot = self.capabilities.txn_index and self.capabilities.producer_snapshots
+        self.producers = rebuild_producer_state(self.name, self.log, self.aborted, use_snapshot=use_snapshot)
 
     @property
     def last_stable_offset(self) -> int:
@@ -225,7 +232,10 @@ class Partition:
     def take_producer_snapshot(self) -> None:
         """Snapshot the producer state at the log end offset (after a roll, and at close)
         so that a restart replays only what follows. The records are already in the log,
-        so a failure to write it is logged, not raised: a later start replays more."""
+        so a failure to write it is logged, not raised: a later start replays more. A log
+        without producer snapshots is replayed whole at every start instead."""
+        if not self.capabilities.producer_snapshots:
+            return
         try:
             self.producers.take_snapshot(self.log)
         except OSError as exc:

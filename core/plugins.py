@@ -2,9 +2,9 @@
 
 Built-in plugins are module names registered through the same ``register()`` call as
 any other plugin, under stable names, so a user can block one with
-``brokkr.plugins.disabled=<name>`` and replace it. Third-party plugins load from the
-``brokkr`` entry-point group; plugin objects can also be handed to
-:class:`brokkr.core.broker.Broker` directly (tests, embedding).
+``brokkr.plugins.disabled=<name>`` (unless it is essential: ``BUILTIN_ROLES``) and replace
+it. Third-party plugins load from the ``brokkr`` entry-point group; plugin objects can
+also be handed to :class:`brokkr.core.broker.Broker` directly (tests, embedding).
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ import logging
 import operator
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
+import attrs
 import pluggy
 
 from . import hookspecs
 from .errors import ConfigError
+from .listeners import PLAINTEXT, SSL
 
 hookimpl = pluggy.HookimplMarker("brokkr")
 log = logging.getLogger("brokkr")
@@ -49,11 +52,134 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.plugins.metrics.prometheus",
     "brokkr.plugins.groups",
     "brokkr.plugins.transactions",
+    "brokkr.plugins.schema_registry",
     "brokkr.plugins.cluster.zookeeper",
+    "brokkr.plugins.schema_registry.validation",
 )
 
-#: Cannot be blocked: without them the broker cannot parse a request.
-ESSENTIAL_PLUGINS = frozenset({"brokkr.core.default_decoder"})
+
+@attrs.frozen
+class BuiltinRole:
+    """What a built-in plugin is to the broker, so whether ``brokkr.plugins.disabled`` may
+    block it: **essential** (never: the broker cannot serve without it), **essential while
+    in use** (``in_use`` says which setting of a broker uses it: the storage, the membership,
+    the authorizer in use...), or **optional** (blocked, the broker still produces and
+    fetches; only what the plugin adds is gone). Replacing a built-in needs no block: the
+    defaults are ``trylast`` or give way to the plugin registered last, so a plugin's own
+    implementation of the hook answers first."""
+
+    does: str  #: what the broker would lose, said when a block is refused
+    essential: bool = False
+    in_use: Callable[[Any], str | None] | None = None  #: the broker -> the setting that uses it, or None
+
+    def refusal(self, broker: Any | None) -> str | None:
+        """Why blocking it is refused on ``broker`` (None: it may be blocked); without a
+        broker (no settings yet), only an essential one is refused."""
+        if self.essential:  # replacing it needs no block: a plugin's own implementation answers first
+            return f"is essential and cannot be blocked: {self.does}"
+        used_by = self.in_use(broker) if self.in_use is not None and broker is not None else None
+        return None if used_by is None else f"is essential while {used_by} and cannot be blocked: {self.does}"
+
+
+def _setting(name: str, *values: str) -> Callable[[Any], str | None]:
+    """In use while setting ``name`` has one of ``values`` (no values: while it is set)."""
+
+    def in_use(broker) -> str | None:
+        value = broker.config.get(name)
+        if not values:
+            return f"{name} is set" if value else None
+        return f"{name}={value}" if value in values else None
+
+    return in_use
+
+
+def _listener(protocol: str) -> Callable[[Any], str | None]:
+    """In use while a listener has security protocol ``protocol``."""
+
+    def in_use(broker) -> str | None:
+        names = [lst.name for lst in broker.listeners if lst.security_protocol == protocol]
+        return f"listener {names[0]} is {protocol}" if names else None
+
+    return in_use
+
+
+def _allow_all_in_use(broker) -> str | None:
+    """In use as the authorizer (none configured) or for PLAINTEXT listeners' principals."""
+    if not broker.config.get("authorizer.class.name"):
+        return "authorizer.class.name is empty"
+    return _listener(PLAINTEXT)(broker)
+
+
+def _codec(name: str) -> BuiltinRole:
+    """A compressing codec: unused, blocking it refuses its batches (UNSUPPORTED_COMPRESSION_TYPE)."""
+    does = f"it writes the {name} batches compression.type asks for"
+    return BuiltinRole(does, in_use=_setting("compression.type", name))
+
+
+#: Every built-in plugin's role, and why (a test checks each one of BUILTIN_PLUGINS has one).
+BUILTIN_ROLES: dict[str, BuiltinRole] = {
+    "brokkr.core.default_decoder": BuiltinRole("it decodes every request", essential=True),
+    "brokkr.core.apis.builtin": BuiltinRole(
+        "it serves Kafka's APIs (ApiVersions, Metadata, Produce, Fetch, ...)", essential=True
+    ),
+    "brokkr.core.validation": BuiltinRole(
+        "it validates every produced batch and gives it its offsets (brokkr_validate_records)", essential=True
+    ),
+    "brokkr.core.delayed": BuiltinRole(
+        "it holds an acks=-1 answer until the in-sync replicas have the write (brokkr_produce_complete); "
+        "without it acks=-1 would mean acks=1",
+        essential=True,
+    ),
+    "brokkr.plugins.codecs.none": BuiltinRole("it reads and writes uncompressed batches", essential=True),
+    "brokkr.plugins.codecs.gzip": _codec("gzip"),
+    "brokkr.plugins.codecs.snappy": _codec("snappy"),
+    "brokkr.plugins.codecs.lz4": _codec("lz4"),
+    "brokkr.plugins.codecs.zstd": _codec("zstd"),
+    "brokkr.plugins.storage.memory": BuiltinRole("it keeps the logs", in_use=_setting("brokkr.storage", "memory")),
+    "brokkr.plugins.storage.segment": BuiltinRole("it keeps the logs", in_use=_setting("brokkr.storage", "segment")),
+    "brokkr.plugins.auth.allow_all": BuiltinRole(
+        "it gives PLAINTEXT connections their principal and, with no authorizer, allows every action; "
+        "without it those connections would be closed and every action denied",
+        in_use=_allow_all_in_use,
+    ),
+    "brokkr.plugins.auth.ssl_principal": BuiltinRole(
+        "it gives SSL connections their principal (without it they would be closed)", in_use=_listener(SSL)
+    ),
+    # a listener whose sasl.enabled.mechanisms names a mechanism no plugin provides is refused
+    # at start anyway (core/authenticator.py): blocking one is a choice of mechanisms
+    "brokkr.plugins.auth.sasl_plain": BuiltinRole("the SASL mechanism PLAIN"),
+    "brokkr.plugins.auth.scram": BuiltinRole("the SASL mechanisms SCRAM-SHA-256 and SCRAM-SHA-512"),
+    "brokkr.plugins.auth.acl": BuiltinRole(
+        "it is the authorizer in use (without it every action would be denied)",
+        # the names acl.NAMES accepts (core does not import plugins)
+        in_use=_setting("authorizer.class.name", "acl", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
+    ),
+    "brokkr.plugins.quota.client_quotas": BuiltinRole(
+        "client quotas (blocked: nothing is throttled; AlterClientQuotas, DescribeClientQuotas answer INVALID_REQUEST)"
+    ),
+    "brokkr.plugins.sinks.spark.sink": BuiltinRole("the Spark Parquet sink"),
+    "brokkr.plugins.metrics.prometheus": BuiltinRole("Prometheus metrics and the health endpoint"),
+    "brokkr.plugins.groups": BuiltinRole("consumer groups and committed offsets (the group coordinator and its APIs)"),
+    "brokkr.plugins.transactions": BuiltinRole("transactions (the transaction coordinator and its APIs)"),
+    "brokkr.plugins.cluster.zookeeper": BuiltinRole(
+        "it is the cluster membership in use (without it the broker would run alone)",
+        in_use=_setting("zookeeper.connect"),
+    ),
+    "brokkr.plugins.schema_registry": BuiltinRole("the schema registry"),
+    "brokkr.plugins.schema_registry.validation": BuiltinRole(
+        "schema validation on produce (confluent.key/value.schema.validation)"
+    ),
+}
+
+
+def refuse_blocking_essentials(blocked: Iterable[str], broker: Any | None = None) -> None:
+    """Raise ConfigError naming the first of ``blocked`` that ``broker``'s settings cannot do
+    without (without a broker: the first always essential)."""
+    for name in blocked:
+        role = BUILTIN_ROLES.get(name)
+        refusal = role.refusal(broker) if role is not None else None
+        if refusal is not None:
+            raise ConfigError(f"brokkr.plugins.disabled: {name} {refusal}")
 
 
 def _failing_entry_point() -> str:
@@ -264,9 +390,8 @@ def create_plugin_manager(
     """A plugin manager with brokkr's hookspecs, built-in plugins, entry points and ``plugins``."""
     pm = PluginManager("brokkr")
     pm.add_hookspecs(hookspecs)
+    refuse_blocking_essentials(disabled)  # those essential whatever the settings: Broker checks the rest
     for name in disabled:
-        if name in ESSENTIAL_PLUGINS:
-            raise ValueError(f"plugin {name} is essential and cannot be disabled")
         pm.set_blocked(name)
     for name in BUILTIN_PLUGINS:
         if not pm.is_blocked(name):

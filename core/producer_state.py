@@ -31,7 +31,8 @@ watermark and the first offsets of the open and unreplicated transactions
 
 The state
 survives restarts as Kafka's ``.snapshot`` format (:func:`encode_snapshot`), kept by the
-partition's log (``PartitionLog.write_producer_snapshot``): the core writes one after an
+partition's log (``ProducerSnapshots.write_producer_snapshot``, a storage capability of
+:mod:`brokkr.core.log`): the core writes one after an
 append that rolled a segment and when the broker stops, and
 :func:`rebuild_producer_state` loads the latest one and replays the batch headers
 appended after it. As in Kafka, a snapshot keeps only each producer's last batch, so
@@ -55,7 +56,7 @@ from .txn_index import AbortedTxn, AbortedTxnList
 from .validation import RecordsError
 
 if TYPE_CHECKING:
-    from .log import PartitionLog
+    from .log import PartitionLog, ProducerSnapshots, TxnIndex
 
 logger = logging.getLogger("brokkr.producer_state")
 
@@ -312,7 +313,7 @@ class ProducerStateManager:
                 first = txn.first_offset
         return first
 
-    def take_snapshot(self, log: PartitionLog) -> None:
+    def take_snapshot(self, log: ProducerSnapshots) -> None:
         """Kafka's ``takeSnapshot``: hand ``log`` a snapshot at its end offset, unless it has one there."""
         end = log.log_end_offset
         if end != self.snapshot_offset:
@@ -365,7 +366,7 @@ def decode_snapshot(data: bytes) -> dict[int, ProducerStateEntry]:
 
 
 def rebuild_producer_state(
-    partition: str, log: PartitionLog, aborted: AbortedTxnList | PartitionLog | None = None, use_snapshot: bool = True
+    partition: str, log: PartitionLog, aborted: TxnIndex | None = None, use_snapshot: bool = True
 ) -> ProducerStateManager:
     """The producer state of a log being opened (Kafka's ``UnifiedLog.rebuildProducerState``):
     the latest snapshot, then the headers of the batches appended after it, read from the
@@ -378,11 +379,12 @@ def rebuild_producer_state(
     replay's start, then gets each aborted one again, so a crash between a marker's
     append and its index entry loses nothing (None: aborted transactions are not kept).
     Without ``use_snapshot`` everything is replayed from the log start (for a log that
-    keeps no aborted-transaction index of its own, whose list must be rebuilt whole)."""
+    keeps no aborted-transaction index of its own, whose list must be rebuilt whole, or
+    no producer snapshots); with it ``log`` is a :class:`~brokkr.core.log.ProducerSnapshots`."""
     state = ProducerStateManager(partition)
     offset = log.log_start_offset
-    snapshot = log.latest_producer_snapshot()
-    if use_snapshot and snapshot is not None and snapshot[0] >= offset:
+    snapshot = log.latest_producer_snapshot() if use_snapshot else None  # a log with ProducerSnapshots
+    if snapshot is not None and snapshot[0] >= offset:
         snapshot_offset, data = snapshot
         try:
             state.load_entries(decode_snapshot(data))

@@ -115,6 +115,16 @@ class RecordRules:
         }
 
 
+def rejection_message(record_errors: list[tuple[int, str]]) -> str:
+    """The partition's error message for a batch refused with KIP-467 record errors, in
+    Kafka's words (``LogValidator.processRecordErrors``): their number and the first three."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in record_errors[:3])
+    return (
+        f"One or more records have been rejected due to {len(record_errors)} record errors in total, "
+        f"and only showing the first three errors at most: [{shown}]"
+    )
+
+
 def need_records(header: BatchHeader, now: int, settings: tuple[bool, bool, int, int]) -> bool:
     """Whether an uncompressed batch must be walked, or its header settles every rule of a
     topic of these :meth:`RecordRules.settings` at ``now`` (a function, not a method: the

@@ -70,7 +70,10 @@ class ReplicaManager:
     async def start(self) -> None:
         listener = self.broker.listeners[0]
         endpoints = tuple((lst.name, lst.host, lst.port) for lst in self.broker.listeners)
-        me = BrokerInfo(self.node_id, listener.host, listener.port, self.broker.config["broker.rack"], endpoints)
+        services = tuple(sorted(self.broker.services.items()))
+        me = BrokerInfo(
+            self.node_id, listener.host, listener.port, self.broker.config["broker.rack"], endpoints, services
+        )
         await self.membership.join(me, self)
         self.broker.cluster_id = self.membership.cluster_id
         self._task = asyncio.create_task(self._apply_loop(), name="brokkr-replication")
@@ -257,9 +260,8 @@ class ReplicaManager:
             if not was_leader or state.leader_epoch != old_epoch:
                 partition.leader_epoch = state.leader_epoch
                 partition.leader_id = self.node_id
-                assign = getattr(partition.log, "assign_epoch", None)
-                if assign is not None:  # the new epoch starts at the log end (LeaderEpochFileCache.assign)
-                    assign(state.leader_epoch)
+                if partition.capabilities.leader_epochs:  # it starts at the log end (LeaderEpochFileCache.assign)
+                    partition.log.assign_epoch(state.leader_epoch)
                 now = time.monotonic()
                 partition.follower_end = {}
                 partition.follower_caught_up = {r: now for r in state.isr if r != self.node_id}
@@ -268,9 +270,9 @@ class ReplicaManager:
             self.broker.advance_high_watermark(partition, partition.high_watermark_candidate())
             return
         if was_leader or state.leader != partition.leader_id or state.leader_epoch != old_epoch:
+            # What diverges from the new leader goes by its leader epochs (diverging_epoch):
+            # a cluster's storage keeps them (Broker.open_storage refuses one without).
             partition.leader_id, partition.leader_epoch = state.leader, state.leader_epoch
-            if leader_epochs(partition) is None:  # no epoch cache: what lies past the high watermark may diverge
-                self.truncate(partition, partition.high_watermark)
             log.info("%s: follower of %d at epoch %d", partition.name, state.leader, state.leader_epoch)
             if was_leader:
                 self.broker.hot.notify("brokkr_became_follower", partition=partition, broker=self.broker)
@@ -582,9 +584,9 @@ class ReplicaFetcher:
 
 
 def leader_epochs(partition: Partition) -> list[tuple[int, int]] | None:
-    """The log's (epoch, start offset) entries, or None for a log that keeps no epochs."""
-    epochs = getattr(partition.log, "leader_epochs", None)
-    return epochs() if epochs is not None else None
+    """The log's (epoch, start offset) entries, or None for a log that keeps no epochs
+    (a storage without ``Capability.LEADER_EPOCHS``: a lone broker's)."""
+    return partition.log.leader_epochs() if partition.capabilities.leader_epochs else None
 
 
 def last_epoch(partition: Partition) -> int:

@@ -9,14 +9,21 @@ A backend's tests subclass :class:`StorageContract` and say which backend to tes
         plugins = (my_plugin_module,)   # unless it is installed through an entry point
 
 pytest then runs every ``test_*`` method below against it: appends, reads at every
-offset and within size limits, lookups by timestamp, truncation, retention, producer
-snapshots, broker state documents, and (for backends with ``durable = True``) restarts.
-The storage is opened through the ``brokkr_open_storage`` hook, exactly as a broker
-opens it.
+offset and within size limits, lookups by timestamp, truncation, retention, broker state
+documents, and (for backends with ``durable = True``) restarts. The storage is opened
+through the ``brokkr_open_storage`` hook, exactly as a broker opens it.
+
+Each capability the storage declares (``Storage.capabilities``, see
+:mod:`brokkr.core.log`) has tests of its own, run only when it is declared (skipped,
+saying so, otherwise): leader epochs, read regions, the aborted-transaction index,
+producer snapshots, the kept high watermark, compaction, log dirs. A storage whose logs
+lack a capability it declares fails ``test_declared_capabilities_are_implemented``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,7 +33,16 @@ import pytest
 from . import file_region
 from .broker import Broker
 from .file_region import FileRegion
-from .log import AppendInfo, OffsetOutOfRange, PartitionLog, Storage, StoredTopic
+from .log import (
+    OF_THE_STORAGE,
+    AppendInfo,
+    Capability,
+    OffsetOutOfRange,
+    PartitionLog,
+    Storage,
+    StoredTopic,
+    unimplemented,
+)
 from .protocol.records import build_batch, iter_batches_untrusted, next_offset_after, patch_batch, read_all_records
 from .retention import retention_offset
 from .txn_index import AbortedTxn
@@ -76,12 +92,16 @@ class Harness:
             self.storage = None
 
 
-def append(plog: PartitionLog, records: int = 1, timestamp: int = 1_000, value_size: int = 10) -> AppendInfo:
-    """Append one batch as the core does: offsets patched in, starting at the log end."""
+def append(
+    plog: PartitionLog, records: int = 1, timestamp: int = 1_000, value_size: int = 10, keyed: list | None = None
+) -> AppendInfo:
+    """Append one batch as the core does: offsets patched in, starting at the log end;
+    ``keyed``, a list of (key, value), instead of ``records`` records of keys k0, k1, ..."""
     first = plog.log_end_offset
-    batch = bytearray(build_batch([(b"k%d" % i, b"v" * value_size) for i in range(records)], timestamp=timestamp))
+    keyed = keyed or [(b"k%d" % i, b"v" * value_size) for i in range(records)]
+    batch = bytearray(build_batch(keyed, timestamp=timestamp))
     patch_batch(batch, 0, first, 0)
-    return plog.append(batch, first, first + records - 1, timestamp, records)
+    return plog.append(batch, first, first + len(keyed) - 1, timestamp, len(keyed))
 
 
 def offsets_in(data: bytes) -> list[int]:
@@ -105,6 +125,24 @@ class StorageContract:
     def _need_durable(self) -> None:
         if not self.durable:
             pytest.skip(f"brokkr.storage={self.storage_name} keeps nothing across restarts")
+
+    def _need(self, harness, capability: Capability) -> None:
+        """Skip unless the storage declares ``capability``."""
+        if harness.storage is None:
+            harness.open()
+        if capability not in harness.broker.storage_capabilities.declared:
+            pytest.skip(f"brokkr.storage={self.storage_name} does not declare Capability.{capability.name}")
+
+    # -- capabilities -----------------------------------------------------------------------
+
+    def test_declared_capabilities_are_implemented(self, harness):
+        """What ``Storage.capabilities`` declares, the storage (COMPACTION, LOG_DIRS) and
+        each log it opens implement: the broker then uses it without asking."""
+        storage = harness.open()
+        declared = harness.broker.storage_capabilities.declared
+        assert not unimplemented(storage, declared & OF_THE_STORAGE)
+        missing = unimplemented(harness.log(), declared & ~OF_THE_STORAGE)
+        assert not missing, f"its logs lack the declared {missing} (see the protocols in brokkr.core.log)"
 
     # -- appending and reading ----------------------------------------------------------
 
@@ -151,14 +189,13 @@ class StorageContract:
 
     @pytest.mark.parametrize("min_bytes", [1, file_region.MIN_BYTES])
     def test_read_region_chooses_the_batches_read_does(self, harness, monkeypatch, min_bytes):
-        """The optional ``read_region``: at every offset, within every size limit, below
+        """READ_REGIONS: at every offset, within every size limit, below
         every max_offset, with and without min_one, its file holds exactly the bytes
         ``read`` returns, and it knows where they end; or, for fewer bytes than
         ``file_region.MIN_BYTES`` (every read here at its default), it answers them."""
         monkeypatch.setattr(file_region, "MIN_BYTES", min_bytes)
+        self._need(harness, Capability.READ_REGIONS)
         plog = harness.log(**{"segment.bytes": 1000})
-        if not hasattr(plog, "read_region"):
-            pytest.skip(f"brokkr.storage={self.storage_name} has no read_region")
         sizes = [append(plog, records=1 + i % 3, value_size=40 + 30 * (i % 4)).size for i in range(30)]
         end = plog.log_end_offset
         assert len(plog.segments()) > 3
@@ -315,6 +352,7 @@ class StorageContract:
     # -- producer snapshots and state documents -----------------------------------------------
 
     def test_producer_snapshots_latest_at_or_below_the_log_end(self, harness):
+        self._need(harness, Capability.PRODUCER_SNAPSHOTS)
         plog = harness.log()
         assert plog.latest_producer_snapshot() is None
         for end, data in ((2, b"at 2"), (4, b"at 4"), (6, b"at 6")):
@@ -338,16 +376,22 @@ class StorageContract:
 
     # -- restarts (durable backends) ---------------------------------------------------------
 
-    def test_a_restart_keeps_producer_snapshots_and_state_documents(self, harness):
+    def test_a_restart_keeps_state_documents(self, harness):
         self._need_durable()
+        harness.log()
+        harness.storage.write_state("producer-ids", '{"next": 1000}')
+        harness.restart()
+        assert harness.storage.read_state("producer-ids") == '{"next": 1000}'
+
+    def test_a_restart_keeps_producer_snapshots(self, harness):
+        self._need_durable()
+        self._need(harness, Capability.PRODUCER_SNAPSHOTS)
         plog = harness.log()
         for end in (2, 4, 6):
             append(plog, records=2)
             plog.write_producer_snapshot(end, b"state at %d" % end)
-        harness.storage.write_state("producer-ids", '{"next": 1000}')
         plog = harness.restart()
         assert plog.latest_producer_snapshot() == (6, b"state at 6")
-        assert harness.storage.read_state("producer-ids") == '{"next": 1000}'
         plog.truncate_to(4)
         assert plog.latest_producer_snapshot() == (4, b"state at 4"), "the two newest are kept"
 
@@ -373,24 +417,23 @@ class StorageContract:
 
     def test_a_deleted_partition_is_gone_after_a_restart(self, harness):
         self._need_durable()
+        harness.open()
+        snapshots = harness.broker.storage_capabilities.producer_snapshots
         plog = harness.log()
         append(plog, records=3)
-        plog.write_producer_snapshot(3, b"state")
+        if snapshots:
+            plog.write_producer_snapshot(3, b"state")
         plog.delete()
         harness.logs.remove(plog)
         plog = harness.restart()
         assert (plog.log_start_offset, plog.log_end_offset) == (0, 0)
-        assert plog.latest_producer_snapshot() is None
+        assert not snapshots or plog.latest_producer_snapshot() is None
 
-    # -- aborted transactions (optional: a log without them gets the core's list) --------
-
-    def _need_txn_index(self, plog) -> None:
-        if not hasattr(plog, "append_aborted_txn"):
-            pytest.skip(f"brokkr.storage={self.storage_name} keeps no aborted-transaction index")
+    # -- aborted transactions (TXN_INDEX: a log without them gets the core's list) --------
 
     def test_aborted_txns_are_found_by_the_range_they_overlap(self, harness):
+        self._need(harness, Capability.TXN_INDEX)
         plog = harness.log(**{"segment.bytes": 200})
-        self._need_txn_index(plog)
         for _ in range(12):
             append(plog, records=2, value_size=40)
         txns = [AbortedTxn(1, 0, 3, 4), AbortedTxn(2, 2, 9, 10), AbortedTxn(3, 12, 20, 21)]
@@ -407,8 +450,8 @@ class StorageContract:
 
     def test_a_restart_keeps_aborted_txns(self, harness):
         self._need_durable()
+        self._need(harness, Capability.TXN_INDEX)
         plog = harness.log(**{"segment.bytes": 200})
-        self._need_txn_index(plog)
         for _ in range(6):
             append(plog, records=2, value_size=40)
         plog.append_aborted_txn(AbortedTxn(1, 1, 7, 8))
@@ -416,6 +459,103 @@ class StorageContract:
         assert plog.aborted_txns(0, 12) == [AbortedTxn(1, 1, 7, 8)]
         plog.delete_before(10)
         assert plog.aborted_txns(10, 12) == []
+
+    # -- leader epochs (LEADER_EPOCHS: a cluster needs them) -----------------------------------
+
+    def _epochs_at_0_2_4(self, harness) -> PartitionLog:
+        """Epoch 3 from offset 0, 5 from 2 and 7 from 4, each with two records but the last."""
+        self._need(harness, Capability.LEADER_EPOCHS)
+        plog = harness.log()
+        assert plog.leader_epochs() == []
+        for epoch in (3, 5):
+            plog.assign_epoch(epoch)
+            append(plog, records=2)
+        plog.assign_epoch(7)
+        return plog
+
+    def test_leader_epochs_start_at_the_log_end_when_assigned(self, harness):
+        plog = self._epochs_at_0_2_4(harness)
+        assert plog.leader_epochs() == [(3, 0), (5, 2), (7, 4)]
+        plog.assign_epoch(7)
+        plog.assign_epoch(6)
+        assert plog.leader_epochs() == [(3, 0), (5, 2), (7, 4)], "an epoch not above the latest is ignored"
+
+    def test_truncation_drops_the_leader_epochs_from_its_offset_on(self, harness):
+        plog = self._epochs_at_0_2_4(harness)
+        plog.truncate_to(4)
+        assert plog.leader_epochs() == [(3, 0), (5, 2)], "one at the log end goes though no record does"
+        plog.truncate_to(2)
+        assert plog.leader_epochs() == [(3, 0)]
+        plog.assign_epoch(9)
+        assert plog.leader_epochs() == [(3, 0), (9, 2)]
+
+    def test_delete_before_moves_the_leader_epoch_in_force_to_the_new_start(self, harness):
+        plog = self._epochs_at_0_2_4(harness)
+        plog.delete_before(3)
+        assert plog.leader_epochs() == [(5, 3), (7, 4)]
+
+    def test_a_restart_keeps_leader_epochs(self, harness):
+        self._need_durable()
+        plog = self._epochs_at_0_2_4(harness)
+        plog = harness.restart()
+        assert plog.leader_epochs() == [(3, 0), (5, 2), (7, 4)]
+
+    # -- the kept high watermark (KEPT_HIGH_WATERMARK) -------------------------------------
+
+    def test_a_restart_keeps_the_high_watermark_the_broker_set(self, harness):
+        self._need(harness, Capability.KEPT_HIGH_WATERMARK)
+        plog = harness.log()
+        assert plog.high_watermark is None, "nothing kept yet"
+        append(plog, records=4)
+        plog.high_watermark, plog.last_stable_offset = 3, 2
+        if self.durable:
+            plog = harness.restart()
+            assert plog.high_watermark == 3
+
+    # -- compaction (COMPACTION) ------------------------------------------------------------
+
+    def test_clean_logs_keeps_the_latest_record_of_each_key(self, harness):
+        """``clean_logs``, called on the event loop as the broker's maintenance calls it,
+        cleans a compacted log in the background: below the active segment, each key's
+        latest record stays, at its offset, and the older ones go."""
+        self._need(harness, Capability.COMPACTION)
+        plog = harness.log(**{"cleanup.policy": "compact", "segment.bytes": 300, "min.cleanable.dirty.ratio": 0.01})
+        for i in range(30):
+            append(plog, keyed=[(b"key%d" % (i % 3), b"value %d" % i)])
+        before = read_all_records(b"".join(_read_all(plog)))
+        latest = {r.key: (r.offset, r.value) for r in before}
+        active = plog.segments()[-1].base_offset
+
+        async def cleaned() -> list:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                harness.storage.clean_logs()
+                await asyncio.sleep(0.05)
+                after = read_all_records(b"".join(_read_all(plog)))
+                if len([r for r in after if r.offset < active]) <= 3:
+                    return after
+            raise AssertionError(f"not cleaned within 10 s: {len(after)} of {len(before)} records left")
+
+        after = asyncio.run(cleaned())
+        assert {r.key: (r.offset, r.value) for r in after} == latest
+        assert [r.offset for r in after] == sorted(r.offset for r in after)
+        kept = {(r.offset, r.key, r.value) for r in before}
+        assert all((r.offset, r.key, r.value) in kept for r in after), "records are kept as they were"
+
+    # -- log dirs (LOG_DIRS) ------------------------------------------------------------------
+
+    def test_each_log_lies_in_one_of_the_log_dirs(self, harness):
+        """DescribeLogDirs reports every one of ``dirs`` and finds a partition's by its
+        segment paths: ``<dir>/<topic>-<partition>/<file>``."""
+        self._need(harness, Capability.LOG_DIRS)
+        dirs = [Path(d) for d in harness.storage.dirs]
+        assert dirs and all(d.is_dir() for d in dirs)
+        for name in ("a", "b", "c"):
+            plog = harness.log(name)
+            append(plog)
+            for segment in plog.segments():
+                path = Path(segment.path)
+                assert path.parent.name == f"{name}-0" and path.parent.parent in dirs
 
 
 def _read_all(plog: PartitionLog) -> list[bytes]:

@@ -61,7 +61,7 @@ from .protocol.records import (
     scan_records_untrusted,
     set_max_timestamp,
 )
-from .record_checks import RecordRules, need_records
+from .record_checks import RecordRules, need_records, rejection_message
 
 try:
     from .protocol import _produce  # _single_batch and _check_header in C (core/protocol/_produce.c)
@@ -461,11 +461,7 @@ def _scan(header: BatchHeader, payload: bytes | memoryview, rules: RecordRules) 
         if code == ErrorCode.INVALID_TIMESTAMP:
             message = "One or more records have been rejected due to invalid timestamp"
         else:
-            shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in record_errors[:3])
-            message = (
-                f"One or more records have been rejected due to {len(record_errors)} record errors in total, "
-                f"and only showing the first three errors at most: [{shown}]"
-            )
+            message = rejection_message(record_errors)
         raise RecordsError(code, message, record_errors)
     return scan
 

@@ -7,6 +7,10 @@ import time
 import brokkr_example_policy
 import brokkr_fair_quota
 import brokkr_tenant_authorizer
+import pytest
+from brokkr.core.broker import Broker
+from brokkr.core.errors import ConfigError
+from brokkr.core.log import Capability
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import build_batch
 from brokkr.core.storage_contract import StorageContract
@@ -43,9 +47,20 @@ def test_the_example_plugin_can_be_disabled_by_name(brokkr_broker_factory):
 
 
 class TestSqliteStorageExample(StorageContract):
-    """examples/sqlite_storage, a third-party backend, passes the shipped storage contract."""
+    """examples/sqlite_storage, a third-party backend, passes the shipped storage contract
+    (the tests of the capabilities it declares included)."""
 
     storage_name = "sqlite"
+
+
+def test_the_sqlite_example_declares_its_capabilities_and_a_cluster_refuses_it(tmp_path):
+    broker = Broker({"brokkr.storage": "sqlite", "log.dirs": str(tmp_path)})
+    broker.open_storage().close()
+    assert broker.storage_capabilities.declared == Capability.PRODUCER_SNAPSHOTS
+    clustered = Broker({"brokkr.storage": "sqlite", "log.dirs": str(tmp_path), "zookeeper.connect": "127.0.0.1:1"})
+    refused = r"a cluster \(zookeeper.connect\) needs the storage capability LEADER_EPOCHS .*, which "
+    with pytest.raises(ConfigError, match=refused + r"brokkr.storage=sqlite \(SqliteStorage\) does not declare"):
+        clustered.open_storage()
 
 
 def test_the_sqlite_example_serves_real_clients_across_a_restart(brokkr_broker_factory, tmp_path):

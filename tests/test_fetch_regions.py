@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import time
 
+import attrs
 import pytest
 from brokkr.core import file_region, responses
 from brokkr.core.client import RawClient
 from brokkr.core.file_region import FileRegion
+from brokkr.core.log import Capability
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.responses import ResponseParts
-from brokkr.plugins.storage.segment.partition_log import SegmentLog
 
 from tests.integration.conftest import aio_consume, ck_consume, ck_flush, ck_producer, kp_consume
 from tests.test_listeners_and_tls import address, tls_client
@@ -45,6 +46,15 @@ def fill(bootstrap: str) -> None:
                 body = produce_body(TOPIC, batch(batch_records(i), value=b"v" * (40 * i)), partition=p)
                 [t] = c.request(PRODUCE, 9, body).responses
                 assert t.partition_responses[0].error_code == 0
+
+
+def answer_bytes(broker, monkeypatch) -> None:
+    """From now on the storage answers bytes, as one without Capability.READ_REGIONS (the
+    memory one) does: its partitions no longer know it has them."""
+    for p in broker.broker.topics[TOPIC].local_partitions():
+        caps = p.capabilities
+        without = attrs.evolve(caps, declared=caps.declared & ~Capability.READ_REGIONS, read_regions=False)
+        monkeypatch.setattr(p, "capabilities", without)
 
 
 def fetch_body(topic_id, offsets, partition_max_bytes: int, **kwargs):
@@ -121,7 +131,7 @@ def test_regions_put_on_the_wire_what_the_bytes_path_does(brokkr_broker_factory,
         sent = fetches(c, topic_id(broker))
     assert len(regions) > 2 * len(sent)
     assert all(r.closed for r in regions)
-    monkeypatch.delattr(SegmentLog, "read_region")  # the storage answers bytes, as the memory one does
+    answer_bytes(broker, monkeypatch)
     with RawClient(broker.bootstrap_servers) as c:
         expected = fetches(c, topic_id(broker))
     assert max(len(f) for f in expected) > 2 * 2048  # a segment of each partition
@@ -288,7 +298,7 @@ def test_a_region_larger_than_the_socket_takes_waits_for_the_client_and_goes_who
         sent = c.receive_frame()
     assert waits, "the socket filled and the send waited for it"
     assert len(sent) > 12_000_000
-    monkeypatch.delattr(SegmentLog, "read_region")
+    answer_bytes(broker, monkeypatch)
     with RawClient(broker.bootstrap_servers) as c:
         c.send(FETCH, 12, body)
         assert c.receive_frame() == sent

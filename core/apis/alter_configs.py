@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
-from ..config import TOPIC_CONFIG_DEFS, NotDynamic, check_dynamic, format_value
+from ..config import NotDynamic, check_dynamic, format_value
 from ..errors import BrokkrError, ErrorCode
 from ..protocol.frames import response_spec
 from . import Api
@@ -62,7 +62,7 @@ async def alter_resources(broker, ctx, request, new_settings: Callable, response
                 names = Counter(c.name for c in r.configs)
                 if any(n > 1 for n in names.values()):
                     raise BrokkrError("Error due to duplicate config keys", ErrorCode.INVALID_REQUEST)
-                settings = new_settings(topic.config.override_strings(), r, TOPIC_CONFIG_DEFS, topic.config)
+                settings = new_settings(topic.config.override_strings(), r, broker.config.topic_defs, topic.config)
                 if broker.replicas is not None:  # kept by the cluster, applied by every broker
                     await broker.replicas.alter_topic_config(r.resource_name, settings, request.validate_only)
                 else:

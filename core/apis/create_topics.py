@@ -73,7 +73,9 @@ def _check(broker, t) -> tuple[int, dict, int, dict[int, tuple[int, ...]] | None
                 ErrorCode.INVALID_REPLICATION_FACTOR,
             )
     try:
-        overrides = validate_topic_overrides({c.name: c.value for c in t.configs if c.value is not None})
+        overrides = validate_topic_overrides(
+            {c.name: c.value for c in t.configs if c.value is not None}, broker.config.topic_defs
+        )
     except ConfigError as exc:
         raise BrokkrError(str(exc), ErrorCode.INVALID_CONFIG) from None
     return partitions, overrides, rf, assignment

@@ -6,7 +6,6 @@ from __future__ import annotations
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..config import (
     DYNAMIC_BROKER_CONFIGS,
-    TOPIC_CONFIG_DEFS,
     ConfigSource,
     ConfigType,
     broker_synonyms,
@@ -30,7 +29,7 @@ def _topic_entries(broker, topic, request) -> list:
     config = topic.config
     out = []
     for name in sorted(config):
-        d = TOPIC_CONFIG_DEFS[name]
+        d = broker.config.topic_defs[name]
         synonyms = []
         if request.include_synonyms:
             if name in config.overrides:

@@ -36,8 +36,9 @@ def _wanted(broker, request):
 async def handle(broker, ctx, request):
     if not broker.authorize(ctx, [Action(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)])[0]:
         return error_response(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    # A storage keeping files lists its directories as ``dirs`` (see brokkr.core.log.Storage).
-    by_dir: dict[str, dict[str, list]] = {str(d): {} for d in getattr(broker.storage, "dirs", ())}
+    # A storage keeping files lists its directories (Capability.LOG_DIRS, see brokkr.core.log).
+    dirs = broker.storage.dirs if broker.storage_capabilities.log_dirs else ()
+    by_dir: dict[str, dict[str, list]] = {str(d): {} for d in dirs}
     for p in _wanted(broker, request):
         segments = p.log.segments()
         if not segments or segments[0].path is None:

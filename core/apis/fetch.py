@@ -11,8 +11,8 @@ instead of the high watermark, and each partition's answer lists the aborted tra
 that overlap the records returned (Kafka's ``collectAbortedTxns``), so the consumer drops
 their records; a long poll then waits for the last stable offset to move.
 
-A storage with files answers with regions of them (``read_region``, optional in the
-PartitionLog contract) instead of bytes; the response then leaves with sendfile
+A storage with files answers with regions of them (``read_region``, the storage capability
+``READ_REGIONS`` of :mod:`brokkr.core.log`) instead of bytes; the response then leaves with sendfile
 (:mod:`brokkr.core.responses`), and the batches are never copied into Python objects. A
 read whose regions are not sent (the fetch waits and reads again, or fails) closes them.
 
@@ -69,12 +69,11 @@ def _aborted(partition, fetch_offset: int, data: bytes | FileRegion) -> list:
     return [AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset) for t in found]
 
 
-def _read(log, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes | FileRegion:
-    """A region of the log's file where the storage offers one, else the bytes."""
-    read_region = getattr(log, "read_region", None)
-    if read_region is None:
-        return log.read(offset, max_bytes, max_offset, min_one)
-    return read_region(offset, max_bytes, max_offset, min_one) or b""
+def _read(partition, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> bytes | FileRegion:
+    """A region of the log's file where the storage offers them (``Capability.READ_REGIONS``), else the bytes."""
+    if partition.capabilities.read_regions:
+        return partition.log.read_region(offset, max_bytes, max_offset, min_one) or b""
+    return partition.log.read(offset, max_bytes, max_offset, min_one)
 
 
 def close_regions(responses: list) -> None:
@@ -126,7 +125,7 @@ def _read_all(
                 try:
                     limit = min(fp.partition_max_bytes, max(budget, 0))
                     end = partition.log.log_end_offset if follower else lso if read_committed else hw
-                    data = _read(partition.log, fp.fetch_offset, limit, end, min_one)
+                    data = _read(partition, fp.fetch_offset, limit, end, min_one)
                     if isinstance(data, FileRegion):
                         opened.append(data)
                     if read_committed:

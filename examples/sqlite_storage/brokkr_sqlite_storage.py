@@ -15,7 +15,15 @@ import uuid
 from pathlib import Path
 
 from brokkr.core.config import ConfigDef, ConfigType
-from brokkr.core.log import AppendInfo, OffsetOutOfRange, SegmentInfo, StoredTopic, TimestampOffset, batch_records
+from brokkr.core.log import (
+    AppendInfo,
+    Capability,
+    OffsetOutOfRange,
+    SegmentInfo,
+    StoredTopic,
+    TimestampOffset,
+    batch_records,
+)
 from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.records import iter_batches_untrusted
 
@@ -158,6 +166,10 @@ class SqliteLog:
 
 class SqliteStorage:
     durable = True
+    #: Beyond the base contract its logs keep producer snapshots (table ``snapshots``);
+    #: aborted transactions are kept by the broker in memory, and without leader epochs
+    #: it serves a lone broker only (a cluster refuses it).
+    capabilities = Capability.PRODUCER_SNAPSHOTS
 
     def __init__(self, path: Path, codecs):
         path.parent.mkdir(parents=True, exist_ok=True)

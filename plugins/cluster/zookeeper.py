@@ -35,13 +35,8 @@ from brokkr.core.plugins import hookimpl
 
 log = logging.getLogger("brokkr.cluster")
 
+#: The ZooKeeper client's settings; ``zookeeper.connect`` itself is core's (core/config.py).
 CONFIGS = [
-    ConfigDef(
-        "zookeeper.connect",
-        ConfigType.STRING,
-        None,
-        "ZooKeeper's host:port[,host:port...][/chroot]; set, the broker joins that cluster; unset, it runs alone.",
-    ),
     ConfigDef(
         "zookeeper.session.timeout.ms",
         ConfigType.INT,
@@ -241,6 +236,8 @@ class ZooKeeperMembership:
             "features": {},
             "timestamp": str(int(time.time() * 1000)),
         }
+        if me.services:  # brokkr's own field (Kafka's readers ignore fields they do not know)
+            registration["brokkr_services"] = dict(me.services)
         try:
             self.zk.create(f"/brokers/ids/{me.node_id}", json.dumps(registration).encode(), ephemeral=True)
         except NodeExistsError:
@@ -561,7 +558,9 @@ def _broker_info(node_id: int, raw: dict) -> BrokerInfo:
         name, _, address = text.partition("://")
         host, _, port = address.rpartition(":")
         endpoints.append((name, host, int(port)))
-    return BrokerInfo(node_id, raw.get("host", ""), raw.get("port", -1), raw.get("rack"), tuple(endpoints))
+    services = raw.get("brokkr_services")
+    services = tuple(sorted((str(k), str(v)) for k, v in services.items())) if isinstance(services, dict) else ()
+    return BrokerInfo(node_id, raw.get("host", ""), raw.get("port", -1), raw.get("rack"), tuple(endpoints), services)
 
 
 def _new_cluster_id() -> str:

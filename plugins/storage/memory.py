@@ -13,6 +13,7 @@ import time
 
 from brokkr.core.log import (
     AppendInfo,
+    Capability,
     OffsetOutOfRange,
     SegmentInfo,
     StoredTopic,
@@ -176,6 +177,9 @@ class MemoryStorage:
     """Satisfies :class:`brokkr.core.log.Storage`; keeps nothing across restarts."""
 
     durable = False
+    #: Its logs keep aborted transactions and producer snapshots (in memory); no leader
+    #: epochs, so a cluster refuses it.
+    capabilities = Capability.TXN_INDEX | Capability.PRODUCER_SNAPSHOTS
 
     def __init__(self, codecs):
         self.codecs = codecs

@@ -173,6 +173,7 @@ def test_sink_mirrors_exactly_once_through_a_kill(brokkr_broker_factory, tmp_pat
             "brokkr.sink.active.interval.ms": "300",
             "brokkr.sink.poll.ms": "200",
             "brokkr.sink.spark.conf.spark.sql.shuffle.partitions": "2",
+            "brokkr.sink.spark.conf.spark.hadoop.fs.s3a.secret.key": "s3a-secret-9f2",
         }
     )
     sent: dict = {}
@@ -186,6 +187,9 @@ def test_sink_mirrors_exactly_once_through_a_kill(brokkr_broker_factory, tmp_pat
         time.sleep(0.02)
     assert commits.all() and sink.restarts == 0
     pid = sink.process.pid
+    # Spark settings reach the mirror in its environment, never on its command line (ps)
+    assert b"s3a-secret-9f2" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    assert b"fs.s3a.secret.key" in Path(f"/proc/{pid}/environ").read_bytes()
     os.kill(pid, signal.SIGKILL)  # ...and is killed mid-way; the sink starts another, which finishes
     assert sum(commits.all().values()) < sum(ends.values())
     _wait_mirrored(lake / mirror.COMMITS, ends)

@@ -46,6 +46,8 @@ COMMITS = "_brokkr_commits"
 #: Fault injection for the crash tests: the path of a marker file; the first write that
 #: finds it missing creates it and exits the process between the Parquet write and the commit.
 CRASH_ONCE_ENV = "BROKKR_MIRROR_CRASH_ONCE"
+#: Spark settings as a JSON object, from the sink (kept off the command line: they may be secrets).
+CONF_ENV = "BROKKR_MIRROR_SPARK_CONF"
 
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
@@ -392,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    conf = dict(item.split("=", 1) for item in args.conf)
+    conf = {**json.loads(os.environ.get(CONF_ENV) or "{}"), **dict(item.split("=", 1) for item in args.conf)}
     spark = spark_session(args.master, args.app_name, conf)
     try:
         schemas = dict(item.split("=", 1) for item in args.value_schema)

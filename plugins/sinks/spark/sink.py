@@ -33,7 +33,7 @@ from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import hookimpl
 from brokkr.core.sinks import SinkProgress
 
-from .mirror import CommitLog, default_commit_dir
+from .mirror import CONF_ENV, CommitLog, default_commit_dir
 
 if TYPE_CHECKING:
     from brokkr.core.broker import Broker
@@ -137,7 +137,11 @@ class SparkSink:
         self.partitions: dict[tuple[str, int], Partition] = {}
         dirs = config["log.dirs"]
         self.work_file = Path(dirs[0] if isinstance(dirs, list) else str(dirs).split(",")[0].strip()) / WORK_FILE
-        conf = {k[len(CONF_PREFIX) :]: str(v) for k, v in config.explicit.items() if k.startswith(CONF_PREFIX)}
+        #: Spark settings go to the mirror process in its environment, not on its command
+        #: line, which any local user can read (``ps``): they may hold secrets (fs.s3a.secret.key).
+        self.spark_conf = json.dumps(
+            {k[len(CONF_PREFIX) :]: str(v) for k, v in config.explicit.items() if k.startswith(CONF_PREFIX)}
+        )
         self.command = [
             sys.executable,
             "-m",
@@ -156,7 +160,6 @@ class SparkSink:
             str(config["brokkr.sink.poll.ms"]),
             "--active-interval-ms",
             str(config["brokkr.sink.active.interval.ms"]),
-            *(f"--conf={k}={v}" for k, v in sorted(conf.items())),
             *(
                 f"--value-schema={k[len(SCHEMA_PREFIX) :]}={v}"
                 for k, v in sorted(config.explicit.items())
@@ -228,6 +231,7 @@ class SparkSink:
             self.restarts += 1
             log.warning("the mirror process exited with %s; restarting it", self.process.returncode)
         env = dict(os.environ, PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
+        env[CONF_ENV] = self.spark_conf
         self.process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL)
         log.info("mirror process %d started for the lake %s", self.process.pid, self.lake)
 

@@ -71,7 +71,9 @@ class InconsistentTopicId(Exception):
 
 
 class SegmentLog:
-    """Satisfies :class:`brokkr.core.log.PartitionLog`.
+    """Satisfies :class:`brokkr.core.log.PartitionLog` and every capability protocol of
+    a log there (:class:`~brokkr.core.log.LeaderEpochs`, ``ReadRegions``, ``TxnIndex``,
+    ``ProducerSnapshots``, ``KeptHighWatermark``), as ``SegmentStorage`` declares.
 
     ``high_watermark`` is the partition's high watermark as the broker last set it (None
     until then, or as read from ``replication-offset-checkpoint`` at open); the storage
@@ -363,7 +365,7 @@ class SegmentLog:
 
     def read_region(self, offset: int, max_bytes: int, max_offset: int, min_one: bool) -> FileRegion | bytes | None:
         """The batches :meth:`read` returns, as a region of their segment's file with a
-        descriptor of its own (optional in the PartitionLog contract): Fetch sends them
+        descriptor of its own (:class:`brokkr.core.log.ReadRegions`): Fetch sends them
         with sendfile. Fewer than ``file_region.MIN_BYTES`` come as bytes
         (:meth:`LogSegment.read_region`)."""
         for seg in self._readable_from(offset):
@@ -486,7 +488,7 @@ class SegmentLog:
         self._epochs = [(e, s) for e, s in self._epochs if s < offset]
         self._write_epochs()
 
-    # -- aborted transactions (optional in the PartitionLog contract) ---------------------
+    # -- aborted transactions (brokkr.core.log.TxnIndex) -----------------------------------
 
     def append_aborted_txn(self, txn: AbortedTxn) -> None:
         """Index an aborted transaction in the segment holding its marker."""

@@ -33,7 +33,7 @@ from pathlib import Path
 from brokkr.core.config import BrokerConfig, TopicConfig
 from brokkr.core.errors import ConfigError
 from brokkr.core.internal_topics import InternalTopic
-from brokkr.core.log import StoredTopic
+from brokkr.core.log import Capability, StoredTopic
 from brokkr.core.partition import CLUSTER_METADATA_TOPIC
 
 from . import files, kraft
@@ -45,9 +45,18 @@ log = logging.getLogger("brokkr.storage")
 
 
 class SegmentStorage:
-    """Satisfies :class:`brokkr.core.log.Storage`."""
+    """Satisfies :class:`brokkr.core.log.Storage`, with every capability Kafka's files give."""
 
     durable = True
+    capabilities = (
+        Capability.LEADER_EPOCHS
+        | Capability.READ_REGIONS
+        | Capability.TXN_INDEX
+        | Capability.PRODUCER_SNAPSHOTS
+        | Capability.KEPT_HIGH_WATERMARK
+        | Capability.COMPACTION
+        | Capability.LOG_DIRS
+    )
 
     def __init__(
         self,
