@@ -10,7 +10,7 @@ own, run in turn for --seconds each:
 - stalled: 50 connections each declaring a 99 MB frame and sending 1 MB of it;
 - unread:  10 connections pipelining 20 fetches of 4 MB each and never reading them.
 
-    .venv/bin/python benchmarks/attack_latency.py [--seconds 10] [--repeat 3]
+    .venv-test/bin/python benchmarks/attack_latency.py [--seconds 10] [--repeat 3]
 
 Reports p50/p99/max of the well-behaved client per phase, the ratio of each phase's p99 to
 the quiet phase's, and the broker's RSS. Phases alternate quiet/attack, --repeat times,

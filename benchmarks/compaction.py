@@ -10,7 +10,7 @@ records over ``--keys`` keys; then, on the same segment files:
 
 MB/s is of the bytes read (the cleanable segments' size); the ratio is clean/copy.
 
-    .venv/bin/python benchmarks/compaction.py [--records 300000] [--keys 10000] [--value-size 100]
+    .venv-test/bin/python benchmarks/compaction.py [--records 300000] [--keys 10000] [--value-size 100]
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ The mock cluster runs inside this process; its address comes from a client's met
 the consumers connect to it as to any broker. Runs alternate and medians are reported,
 with brokkr/mock ratios (join: mock time / brokkr time, so above 1 means brokkr is faster).
 
-    .venv/bin/python benchmarks/groups.py [--members 50] [--commits 2000] [--repeat 3] [--json out.json]
+    .venv-test/bin/python benchmarks/groups.py [--members 50] [--commits 2000] [--repeat 3] [--json out.json]
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ mock CPU per record (its broker CPU over its rate) beside the sum of the parts t
 needs. Where the parts cost more than the mock's whole CPU, no broker that does Kafka's
 work can match the mock's CPU per record on that row.
 
-    .venv/bin/python benchmarks/kafka_work.py [--suite-json suite.json] [--dir /tmp]
+    .venv-test/bin/python benchmarks/kafka_work.py [--suite-json suite.json] [--dir /tmp]
 """
 
 from __future__ import annotations

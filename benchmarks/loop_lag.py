@@ -23,7 +23,7 @@ of the rolls phase's p99 and max over the no-rolls phase's (the target: <= 5 ms)
 creation phase, the excess of its max over the idle phase's, and how long the creation took. Phases
 alternate over ``--repeat`` rounds and medians are reported; a shared machine is noisy.
 
-    .venv/bin/python benchmarks/loop_lag.py [--seconds 10] [--repeat 3] [--dir /var/tmp]
+    .venv-test/bin/python benchmarks/loop_lag.py [--seconds 10] [--repeat 3] [--dir /var/tmp]
         [--create-partitions 1000] [--json out.json]
 """
 

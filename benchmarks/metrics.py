@@ -4,7 +4,7 @@ Two `brokkr serve` subprocesses, one with `brokkr.metrics.port` set (scraped eve
 while measured, as Prometheus would), one without, take the same raw pipelined Produce v9
 requests (raw_produce.py); runs alternate between them, and medians are compared.
 
-    .venv/bin/python benchmarks/metrics.py [--requests 20000] [--records 100] [--repeat 3]
+    .venv-test/bin/python benchmarks/metrics.py [--requests 20000] [--records 100] [--repeat 3]
 """
 
 from __future__ import annotations

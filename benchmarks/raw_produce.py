@@ -2,7 +2,7 @@
 client library (codecs.py, security.py). Run alone, it measures the broker's CPU per
 Produce request, the per-request cost with no client library beside it:
 
-    .venv/bin/python benchmarks/raw_produce.py --records 10 --requests 20000
+    .venv-test/bin/python benchmarks/raw_produce.py --records 10 --requests 20000
 
 and, under the same client in the same run (``--against``, runs alternating), the CPU per
 request of two references: librdkafka's mock cluster (``mock_cluster.py``) and the least a

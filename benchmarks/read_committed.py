@@ -7,8 +7,8 @@ transaction aborted (0: none); markers with ``write_txn_markers``. The whole log
 read front to back with Fetch v12 (``--fetch-bytes`` per request) at isolation level 0
 and 1, ``--repeat`` times each, alternating; the best run of each is printed::
 
-    .venv/bin/python benchmarks/read_committed.py
-    .venv/bin/python benchmarks/read_committed.py --txn-every 1 --abort-every 2
+    .venv-test/bin/python benchmarks/read_committed.py
+    .venv-test/bin/python benchmarks/read_committed.py --txn-every 1 --abort-every 2
 """
 
 from __future__ import annotations

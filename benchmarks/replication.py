@@ -21,7 +21,7 @@ brokkr.core.cli serve``) are subprocesses on free ports with temporary directori
 stopped in ``finally`` blocks. The load generator is librdkafka (confluent-kafka) in this
 process, as in produce.py.
 
-    .venv/bin/python benchmarks/replication.py [--quick] [--json out.json]
+    .venv-test/bin/python benchmarks/replication.py [--quick] [--json out.json]
 """
 
 from __future__ import annotations

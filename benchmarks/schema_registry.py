@@ -25,7 +25,8 @@ Broker CPU is the broker's process tree over the timed stretch (``produce.CpuMet
 Then registry reads: ``GET /schemas/ids/{id}`` ``--reads`` times over one keep-alive
 HTTP connection (``http.client``), timed, with the broker's CPU over the same stretch.
 
-    .venv/bin/python benchmarks/schema_registry.py [--records 200000] [--repeat 3] [--reads 20000] [--json out.json]
+    .venv-test/bin/python benchmarks/schema_registry.py [--records 200000] [--repeat 3] [--reads 20000]
+        [--json out.json]
 """
 
 from __future__ import annotations

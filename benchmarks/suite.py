@@ -21,7 +21,7 @@ With ``--pin`` the targets share one CPU and the clients have the others, as a b
 machine of its own: the ratios then say whether a target keeps up with its clients, where
 by default (every process on every CPU) they also say how much CPU it takes from them.
 
-    .venv/bin/python benchmarks/suite.py [--repeat N] [--only NAME[,NAME]] [--quick] [--pin] [--json PATH]
+    .venv-test/bin/python benchmarks/suite.py [--repeat N] [--only NAME[,NAME]] [--quick] [--pin] [--json PATH]
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ produce() to the end of the last commit (or flush); init_transactions and one wa
 transaction are excluded. Ratios, not absolute numbers, are what to compare across
 machines (see produce.py).
 
-    .venv/bin/python benchmarks/transactions.py [--records N] [--repeat 3] [--json out.json]
+    .venv-test/bin/python benchmarks/transactions.py [--records N] [--repeat 3] [--json out.json]
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -47,8 +48,9 @@ from .log import (
 )
 from .offload import OffloadPool
 from .partition import CLUSTER_METADATA_TOPIC, Partition, Topic, validate_topic_name
-from .plugins import create_plugin_manager, describe_plugins, refuse_blocking_essentials
+from .plugins import BUILT_IN, create_plugin_manager, describe_plugins, refuse_blocking_essentials
 from .producer_ids import ProducerIdManager
+from .record_checks import RefusalLog
 from .replication import ReplicaManager
 from .retention import retention_offset
 from .server import Listener, Server
@@ -58,6 +60,13 @@ from .validation import ValidatedRecords
 log = logging.getLogger("brokkr")
 #: The storage document of the broker settings changed at run time.
 DYNAMIC_CONFIGS = "dynamic-broker-configs"
+
+
+def _plugin_setting(raw: Mapping[str, Any], name: str) -> list[str]:
+    """A setting of which plugins load (``brokkr.plugins``, ``brokkr.plugins.disabled``), read
+    before the plugins are: the other settings are read once the plugins have declared theirs."""
+    definition = next(d for d in BROKER_CONFIGS if d.name == name)
+    return definition.parse(raw.get(name, definition.default))
 
 
 class Broker:
@@ -70,14 +79,15 @@ class Broker:
         entry_points: bool = True,
     ):
         raw = {k: v for k, v in (config or {}).items()}
-        disabled_def = next(d for d in BROKER_CONFIGS if d.name == "brokkr.plugins.disabled")
-        disabled = disabled_def.parse(raw.get("brokkr.plugins.disabled", disabled_def.default))
-        self.pm = create_plugin_manager(plugins, disabled, entry_points)
+        disabled, named = (_plugin_setting(raw, name) for name in ("brokkr.plugins.disabled", "brokkr.plugins"))
+        self.pm = create_plugin_manager(plugins, disabled, entry_points, named)
         self.hook = self.pm.hook
         #: The per-request hooks, resolved once (:class:`brokkr.core.plugins.HotHooks`).
         self.hot = self.pm.hot
         #: What observers raised, counted per hook and plugin (logged, never answered).
         self.observer_failures = self.hot.failures
+        #: The batches Produce refused, logged a bounded number of times per partition.
+        self.refusals = RefusalLog()
         defs = [d for result in self.hook.brokkr_config_definitions() for d in result]
         self.config = BrokerConfig(raw, defs)
         self.node_id: int = self.config["node.id"]
@@ -93,6 +103,7 @@ class Broker:
         #: Topics whose logs are being opened: in the catalog already, not yet in ``topics``.
         self.creating_topics: dict[str, StoredTopic] = {}
         self.growing_topics: dict[str, asyncio.Event] = {}  # topics add_partitions is growing: set when done
+        self.growing_to: dict[str, int] = {}  # their counts, as the catalog lists them (:meth:`_listed_first`)
         self.purgatory = Purgatory()
         self.codecs: dict[int, Any] = {}
         self.offload: OffloadPool | None = None  # record walks off the event loop (core/offload.py)
@@ -166,7 +177,7 @@ class Broker:
                 raise
         self._server.listen()  # clients get in only now, on a cluster once it is joined (as Kafka's brokers)
         self._log_start()
-        log.info("brokkr node %s listening on %s", self.node_id, self.bootstrap_servers)
+        log.info("brokkr node %s listening on %s (%s)", self.node_id, self.bootstrap_servers, self._data_location())
         try:
             self.hook.brokkr_broker_started(broker=self)
         except BaseException:  # a plugin that cannot run (a missing extra, a taken port): stop cleanly
@@ -174,13 +185,25 @@ class Broker:
             raise
 
     def _log_start(self) -> None:
-        """One line per loaded plugin (name, version, where from), then the settings given
-        (sensitive ones masked), as Kafka logs its config at start."""
+        """One line per loaded plugin (name, version, where from): at INFO those that are not
+        built in (entry points, ``brokkr.plugins``, passed to Broker), the built-in ones at
+        DEBUG (``brokkr plugins`` lists them); then the settings given (sensitive ones
+        masked), as Kafka logs its config at start."""
         for name, plugin, origin, where in describe_plugins(self.pm):
             if plugin is not None:  # else blocked (brokkr.plugins.disabled)
-                log.info("plugin %s (%s) from %s", name, origin, where)
+                log.log(
+                    logging.DEBUG if origin == BUILT_IN else logging.INFO, "plugin %s (%s) from %s", name, origin, where
+                )
         for name in sorted(self.config.explicit):
             log.info("setting %s=%s", name, self.config.shown(name, self.config.explicit[name]))
+
+    def _data_location(self) -> str:
+        """Where the logs are kept, for the start line: the log dirs of a durable storage."""
+        storage = self.config["brokkr.storage"]
+        if self.storage is not None and not self.storage.durable:
+            return f"data in memory only: brokkr.storage={storage}"
+        dirs = ", ".join(os.path.abspath(d) for d in self.config["log.dirs"])
+        return f"data in {dirs}" if storage == "segment" else f"data in {dirs}, brokkr.storage={storage}"
 
     async def stop(self) -> None:
         if self._server is None:
@@ -274,34 +297,39 @@ class Broker:
         return self._created(topic)
 
     @contextlib.contextmanager
-    def _listed_first(self, stored: StoredTopic) -> Iterator[None]:
-        """Record the topic in the catalog, then open its logs in the ``with`` block: a
-        topic exists with its settings or not at all, across restarts too. A crash or a
-        full disk after the catalog is written leaves a listed topic, whose missing logs
-        the next start creates (never unlisted directories, which the next start would
-        adopt as a foreign topic, with a foreign topic's settings). Should the block fail,
-        the topic leaves the catalog again; if even that cannot be written, it stays
-        listed, and is complete after the next start. A disk error raises BrokkrError
-        (KAFKA_STORAGE_ERROR)."""
+    def _listed_first(self, stored: StoredTopic, growth: bool = False) -> Iterator[None]:
+        """Record a new topic (in :attr:`creating_topics`) or, with ``growth``, a topic's
+        new partition count (in :attr:`growing_to`) in the catalog, then open the new logs
+        in the ``with`` block, as Kafka's controller records new partitions in the metadata
+        before the brokers create them: a topic exists with its settings and partitions or
+        not at all, across restarts too. A crash or a full disk after the catalog is
+        written leaves a listed topic, whose missing logs the next start creates (never
+        unlisted directories, which the next start would adopt as a foreign topic, with a
+        foreign topic's settings, or, beyond a listed topic's count, leave unopened).
+        Should the block fail, the catalog is as it was again; if even that cannot be
+        written, the next start completes the creation or growth. A disk error raises
+        BrokkrError (KAFKA_STORAGE_ERROR)."""
         name = stored.name
-        self.creating_topics[name] = stored
+        listing: dict[str, Any] = self.growing_to if growth else self.creating_topics
+        listing[name] = stored.partitions if growth else stored
+        what = f"partitions of topic {name}" if growth else f"topic {name}"
         try:
             self._save_catalog()
         except OSError as exc:
-            del self.creating_topics[name]
-            raise BrokkrError(f"Error recording topic {name}: {exc}", ErrorCode.KAFKA_STORAGE_ERROR) from None
+            del listing[name]
+            raise BrokkrError(f"Error recording {what}: {exc}", ErrorCode.KAFKA_STORAGE_ERROR) from None
         try:
             yield
         except BaseException as exc:
-            del self.creating_topics[name]
+            del listing[name]
             try:
                 self._save_catalog()
             except OSError as err:
-                log.warning("topic %s stays in the catalog (%s): the next start creates its missing logs", name, err)
+                log.warning("the new %s stay in the catalog (%s): the next start creates their logs", what, err)
             if isinstance(exc, OSError):
-                raise BrokkrError(f"Error creating topic {name}: {exc}", ErrorCode.KAFKA_STORAGE_ERROR) from None
+                raise BrokkrError(f"Error creating {what}: {exc}", ErrorCode.KAFKA_STORAGE_ERROR) from None
             raise
-        del self.creating_topics[name]
+        del listing[name]
 
     def _new_topic(
         self, name: str, num_partitions: int | None, configs: Mapping[str, Any] | None, topic_id: uuid.UUID | None
@@ -392,20 +420,23 @@ class Broker:
         all are open: until then Metadata, Produce and Fetch see the old count. Growths
         and deletions of one topic happen one after the other, as Kafka's controller
         orders them: this waits for an earlier growth (and then checks the count against
-        its outcome), and DeleteTopics waits for this one (:meth:`growth_done`). A growth
-        that fails or is cancelled deletes the logs it opened."""
+        its outcome), and DeleteTopics waits for this one (:meth:`growth_done`). The
+        catalog lists the new count before the first new log is created
+        (:meth:`_listed_first`): a crash meanwhile leaves the topic grown, its missing logs
+        created at the next start. A growth that fails or is cancelled deletes the logs it
+        opened and lists the old count again."""
         await self.growth_done(name)
         topic = self.check_partition_count(name, count)
         stored = StoredTopic(name, topic.topic_id, count, topic.config.override_strings())
         opened: list[Partition] = []
         self.growing_topics[name] = done = asyncio.Event()
         try:
-            await self._open_in_turns(stored, topic, opened, first=len(topic.partitions))
+            with self._listed_first(stored, growth=True):
+                await self._open_in_turns(stored, topic, opened, first=len(topic.partitions))
+                topic.partitions.extend(opened)
         finally:
             del self.growing_topics[name]
             done.set()
-        topic.partitions.extend(opened)
-        self._save_catalog()
         log.info("topic %s now has %d partitions", name, count)
 
     async def growth_done(self, name: str) -> None:
@@ -493,10 +524,11 @@ class Broker:
         return max(held, default=-1) + 1
 
     def _save_catalog(self) -> None:
-        """Write the catalog: the topics, and those being created (:meth:`_listed_first`)."""
+        """Write the catalog: the topics (those growing with their new count), and those
+        being created (:meth:`_listed_first`)."""
         assert self.storage is not None
         topics = [
-            StoredTopic(t.name, t.topic_id, len(t.partitions), t.config.override_strings())
+            StoredTopic(t.name, t.topic_id, self.growing_to.get(t.name, len(t.partitions)), t.config.override_strings())
             for t in self.topics.values()
         ]
         self.storage.save_topics([*topics, *self.creating_topics.values()])
@@ -532,9 +564,10 @@ class Broker:
             )
 
     def delete_topic(self, name: str) -> None:
-        """Forget the topic and delete its logs. A fetch waiting on one of its partitions
-        is answered at once, that partition with UNKNOWN_TOPIC_ID (or
-        UNKNOWN_TOPIC_OR_PARTITION), as Kafka completes a DelayedFetch whose partition went."""
+        """Forget the topic and delete its logs. A fetch or an acks=-1 produce waiting on
+        one of its partitions is answered at once, that partition with UNKNOWN_TOPIC_ID (or
+        UNKNOWN_TOPIC_OR_PARTITION), as Kafka completes a DelayedFetch or DelayedProduce
+        whose partition went."""
         topic = self.topics.pop(name)
         del self.topics_by_id[topic.topic_id]
         for p in topic.local_partitions():
@@ -703,12 +736,14 @@ class Broker:
     async def wait_acknowledged(self, required: Mapping[Partition, int], timeout_ms: int) -> set[Partition]:
         """Wait as acks=-1 does (Kafka's DelayedProduce): until ``brokkr_produce_complete``
         agrees that each partition holds its required offset, or ``timeout_ms`` passes.
-        Returns the partitions that did not complete."""
+        A partition whose topic is deleted meanwhile completes at once, whatever the hook
+        says (:meth:`delete_topic` checks the purgatory; Kafka's DelayedProduce answers it
+        UNKNOWN_TOPIC_OR_PARTITION). Returns the partitions that did not complete."""
         pending = dict(required)
 
         def try_complete() -> bool:
             for partition, offset in list(pending.items()):
-                if self.produce_complete(partition, offset):
+                if partition.deleted or self.produce_complete(partition, offset):
                     del pending[partition]
             return not pending
 

@@ -13,7 +13,7 @@ import sys
 
 from .config import parse_overrides, read_properties
 from .errors import BrokkrError, ConfigError
-from .scram import DEFAULT_ITERATIONS, ScramCredential, ScramMechanism, check_iterations, scram_credentials
+from .scram import DEFAULT_ITERATIONS, ScramCredential, ScramCredentials, ScramMechanism, check_iterations
 
 log = logging.getLogger("brokkr.cli")
 
@@ -99,13 +99,24 @@ def _dump_log(args: argparse.Namespace) -> int:
 
 
 def _scram(args: argparse.Namespace) -> int:
-    """Add, remove or list SCRAM users in a stopped broker's storage, as ``kafka-storage
-    format --add-scram`` does for Kafka: the storage is opened as the broker opens it, and
-    the broker reads the credentials at its next start."""
+    """Add, remove or list SCRAM users in the log dirs of a broker that has not started yet,
+    as ``kafka-storage format --add-scram`` does for Kafka: the first (super) users, whom a
+    broker needs before anyone can manage users through it. Once a broker has started on the
+    directory, users are managed through the running broker (``brokkr configs --entity-type
+    users``, AlterUserScramCredentials): add and remove are refused there, list only reads."""
+    from pathlib import Path
+
+    from brokkr.plugins.storage.segment.files import LogDirLock
+
     from .broker import Broker
 
-    values = _settings(args)
-    values.update({"listeners": "", "advertised.listeners": ""})  # open the storage, listen nowhere
+    config = Broker(_settings(args)).config
+    if config["brokkr.storage"] != "segment":
+        raise ConfigError(
+            f"brokkr.storage={config['brokkr.storage']}: brokkr scram writes the segment storage's log dirs only "
+            "(memory keeps nothing across restarts); add SCRAM users to a running broker with "
+            "brokkr configs --entity-type users --alter"
+        )
     mechanisms = [ScramMechanism.from_name(name) for name in getattr(args, "mechanism", None) or ()]
     if args.action == "add":
         mechanisms = mechanisms or [ScramMechanism.SCRAM_SHA_256]
@@ -115,40 +126,79 @@ def _scram(args: argparse.Namespace) -> int:
         password = args.password if args.password is not None else _read_password(args.user)
         if not password:
             raise ConfigError("the password must not be empty")
-    if args.log_level.upper() == "INFO":  # the broker's start and stop are not news here
-        logging.getLogger("brokkr").setLevel(logging.WARNING)
+    dirs = [Path(d) for d in config["log.dirs"]]
+    if args.action == "add":
+        for d in dirs:
+            d.mkdir(parents=True, exist_ok=True)
+    locks: list[LogDirLock] = []
+    try:
+        for d in dirs:
+            if d.is_dir():
+                locks.append(LogDirLock(d))  # refuses a directory a broker (or tool) holds
+        if args.action != "list":
+            _refuse_started(dirs, args.user)
+        store = ScramCredentials(_LogDirDocuments(dirs[0]))
+        if args.action == "add":
+            for mechanism in mechanisms:
+                store.put(args.user, mechanism, ScramCredential.from_password(mechanism, password, args.iterations))
+            store.save()
+            names = ", ".join(m.mechanism_name for m in mechanisms)
+            print(f"Added {names} credentials for user '{args.user}' ({args.iterations} iterations)")
+        elif args.action == "remove":
+            removed = [m for m in mechanisms or list(ScramMechanism) if store.remove(args.user, m)]
+            if not removed:
+                print(f"brokkr: user '{args.user}' has no such SCRAM credentials", file=sys.stderr)
+                return 1
+            store.save()
+            print(f"Removed {', '.join(m.mechanism_name for m in removed)} credentials of user '{args.user}'")
+        else:
+            for user in store.users():
+                creds = sorted(store.of(user).items(), key=lambda i: i[0].type_id)
+                described = ", ".join(f"{m.mechanism_name}=iterations={c.iterations}" for m, c in creds)
+                print(f"SCRAM credential configs for user-principal '{user}' are {described}")
+    finally:
+        for lock in locks:
+            lock.release()
+    return 0
 
-    async def run() -> int:
-        async with Broker(values) as broker:
-            assert broker.storage is not None
-            if not broker.storage.durable:
-                raise ConfigError(
-                    f"brokkr.storage={broker.config['brokkr.storage']} keeps nothing across restarts; "
-                    "add SCRAM users to a running broker with AlterUserScramCredentials instead"
-                )
-            store = scram_credentials(broker)
-            if args.action == "add":
-                for mechanism in mechanisms:
-                    credential = ScramCredential.from_password(mechanism, password, args.iterations)
-                    store.put(args.user, mechanism, credential)
-                store.save()
-                names = ", ".join(m.mechanism_name for m in mechanisms)
-                print(f"Added {names} credentials for user '{args.user}' ({args.iterations} iterations)")
-            elif args.action == "remove":
-                removed = [m for m in mechanisms or list(ScramMechanism) if store.remove(args.user, m)]
-                if not removed:
-                    print(f"brokkr: user '{args.user}' has no such SCRAM credentials", file=sys.stderr)
-                    return 1
-                store.save()
-                print(f"Removed {', '.join(m.mechanism_name for m in removed)} credentials of user '{args.user}'")
-            else:
-                for user in store.users():
-                    creds = sorted(store.of(user).items(), key=lambda i: i[0].type_id)
-                    described = ", ".join(f"{m.mechanism_name}=iterations={c.iterations}" for m, c in creds)
-                    print(f"SCRAM credential configs for user-principal '{user}' are {described}")
-        return 0
 
-    return asyncio.run(run())
+def _refuse_started(dirs, user: str) -> None:
+    """Refuse log dirs a broker has started on: their meta.properties or clean shutdown
+    marker (written by the broker's storage at its start and stop), or a partition."""
+    from brokkr.plugins.storage.segment.files import CLEAN_SHUTDOWN, META_PROPERTIES, parse_partition_dir
+
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        found = next((d / n for n in (META_PROPERTIES, CLEAN_SHUTDOWN) if (d / n).exists()), None)
+        found = found or next((p for p in d.iterdir() if p.is_dir() and parse_partition_dir(p.name)), None)
+        if found is not None:
+            raise ConfigError(
+                f"{d} holds a started broker's data ({found.name}): brokkr scram writes users only before a "
+                "broker's first start, as kafka-storage format --add-scram. Manage users through the running "
+                "broker: brokkr configs --bootstrap-server HOST:PORT --command-config admin.properties "
+                f"--entity-type users --entity-name {user} --alter --add-config 'SCRAM-SHA-256=[password=...]'"
+            )
+
+
+class _LogDirDocuments:
+    """The segment storage's state documents (``brokkr-{name}.json`` in the first log dir),
+    read and written as its ``read_state``/``write_state`` do, without opening the storage
+    (which is a broker's start: it writes meta.properties)."""
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    def read_state(self, name: str) -> str | None:
+        from brokkr.plugins.storage.segment.files import state_file
+
+        path = state_file(self.directory, name)
+        return path.read_text() if path.exists() else None
+
+    def write_state(self, name: str, text: str) -> None:
+        from brokkr.plugins.storage.segment.files import state_file, write_atomically
+
+        write_atomically(state_file(self.directory, name), text.encode())
 
 
 def _mirror(args: argparse.Namespace) -> int:
@@ -220,6 +270,23 @@ def _plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+class _AnyOrderParser(argparse.ArgumentParser):
+    """Options and positional arguments in any order, as the README writes ``brokkr scram add
+    alice --mechanism SCRAM-SHA-512 server.properties`` (argparse otherwise takes both
+    positionals at ``alice`` and leaves ``server.properties`` unrecognized)."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._intermixing:  # parse_known_intermixed_args parses in two passes through here
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def _read_password(user: str) -> str:
     if sys.stdin.isatty():
         import getpass
@@ -251,9 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("--index-sanity-check", action="store_true", help="accepted for familiarity; always done")
     dump.set_defaults(func=_dump_log)
     scram = sub.add_parser(
-        "scram", help="add, remove or list SCRAM users in a stopped broker's log.dirs (kafka-storage --add-scram)"
+        "scram",
+        help="add the first SCRAM users to log.dirs before a broker's first start (kafka-storage format --add-scram)",
     )
-    scram_actions = scram.add_subparsers(dest="action", required=True)
+    scram_actions = scram.add_subparsers(dest="action", required=True, parser_class=_AnyOrderParser)
     mechanism_names = [m.mechanism_name for m in ScramMechanism]
     for action, text in (
         ("add", "add or replace a user's credentials (salted: the password itself is not kept)"),
@@ -318,10 +386,11 @@ def _add_admin_tools(sub) -> None:
     """``brokkr topics``, ``brokkr configs`` (brokkr.core.tools) and ``brokkr consumer-groups``
     (brokkr.core.group_tool), modelled on Kafka's tools; ``brokkr schemas``
     (brokkr.core.schema_tool), a schema registry's REST API."""
-    from . import tools
+    from . import client_config, tools
 
     topics = sub.add_parser("topics", help="create, list, describe, alter or delete topics of a running broker")
     topics.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="the broker to talk to")
+    client_config.add_argument(topics)
     action = topics.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true", help="create --topic")
     action.add_argument("--list", action="store_true", help="list the topic names")
@@ -336,13 +405,28 @@ def _add_admin_tools(sub) -> None:
     topics.add_argument("--config", action="append", metavar="KEY=VALUE", help="with --create; repeatable")
     topics.set_defaults(func=tools.topics)
 
-    configs = sub.add_parser("configs", help="describe or alter topic and broker configs of a running broker")
-    configs.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="the broker to talk to")
-    configs.add_argument(
-        "--entity-type", required=True, choices=("topics", "brokers"), help="what to describe or alter"
+    configs = sub.add_parser(
+        "configs", help="describe or alter the configs of topics and brokers, users' SCRAM credentials, client quotas"
     )
-    configs.add_argument("--entity-name", help="the topic name, or the broker id")
-    configs.add_argument("--entity-default", action="store_true", help="the cluster-wide broker default")
+    configs.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="the broker to talk to")
+    client_config.add_argument(configs)
+    configs.add_argument(
+        "--entity-type",
+        required=True,
+        action="append",
+        choices=("topics", "brokers", "users", "clients"),
+        help="what to describe or alter; users and clients both: a user's quotas for a client id",
+    )
+    configs.add_argument(
+        "--entity-name", action="append", dest="entity_names", help="the topic, broker id, user or client id"
+    )
+    configs.add_argument(
+        "--entity-default",
+        action="append_const",
+        const="",
+        dest="entity_names",
+        help="the cluster-wide broker default; the default user or client id (quotas)",
+    )
     action = configs.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="the configs set (all of them with --all)")
     action.add_argument("--alter", action="store_true", help="apply --add-config and --delete-config")
@@ -357,6 +441,7 @@ def _add_admin_tools(sub) -> None:
         "consumer-groups", help="list, describe, reset offsets of or delete consumer groups (kafka-consumer-groups.sh)"
     )
     groups.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="a broker to talk to")
+    client_config.add_argument(groups)
     action = groups.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="the groups (with --state/--type: those, in columns)")
     action.add_argument("--describe", action="store_true", help="offsets and lag per partition (or --members, --state)")
@@ -386,9 +471,15 @@ def _add_admin_tools(sub) -> None:
     run.add_argument("--execute", action="store_true", help="commit the new offsets")
     groups.set_defaults(func=group_tool.consumer_groups)
 
-    from . import schema_tool
+    from . import acl_tool, reassign_tool, schema_tool
 
     schema_tool.add_parser(sub)
+    acl_tool.add_parser(sub)
+    reassign_tool.add_parser(sub)  # reassign-partitions and leader-election
+    from . import console_consumer, console_producer
+
+    console_producer.add_parser(sub)
+    console_consumer.add_parser(sub)
 
 
 if __name__ == "__main__":

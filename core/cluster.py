@@ -111,6 +111,10 @@ class ClusterMembership(Protocol):
     controller_id: int | None
     controller_epoch: int
     cluster_id: str
+    #: Seconds a broker that stops answering stays registered (ZooKeeper's session
+    #: timeout, ``zookeeper.session.timeout.ms``): what an uncontrolled stop takes to be
+    #: noticed, so the longest a controlled shutdown waits for its leaderships to move.
+    session_timeout_s: float
 
     async def join(self, me: BrokerInfo, listener: ClusterListener) -> None:
         """Connect, register ``me`` and fill the cache; then try to become controller.

@@ -98,6 +98,8 @@ class ConfigDef:
         return value
 
 
+#: Kafka's replica selector for fetching from the closest replica (KIP-392), the one there is.
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 #: What logs and tools show instead of a sensitive value (Kafka's Password.toString).
 HIDDEN = "[hidden]"
 #: A name ending in one of these words holds a secret: ``ssl.key.password``,
@@ -266,7 +268,22 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef(
         "broker.id", I, None, "This broker's id in a ZooKeeper cluster (node.id's older name).", validator=at_least(0)
     ),
-    ConfigDef("broker.rack", S, None, "This broker's rack: replicas of a partition are spread over racks when placed."),
+    ConfigDef(
+        "broker.rack",
+        S,
+        None,
+        "This broker's rack: replicas of a partition are spread over racks when placed, and consumers in the rack "
+        "may fetch from this broker's replicas (replica.selector.class).",
+    ),
+    ConfigDef(
+        "replica.selector.class",
+        S,
+        None,
+        "How a leader picks the replica a consumer should fetch from (KIP-392): Kafka's "
+        f"{RACK_AWARE_SELECTOR}, the most caught-up in-sync replica in the consumer's rack (client.rack); unset, "
+        "the leader serves every consumer.",
+        validator=one_of(RACK_AWARE_SELECTOR),
+    ),
     # Core's, not the ZooKeeper plugin's: whether this broker is alone or on a cluster is asked
     # by core and other plugins (replication factors of the internal topics) whatever plugins
     # load, and a blocked membership plugin must not turn a cluster's broker into a lone one
@@ -411,6 +428,12 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("min.insync.replicas", I, 1, "Replicas that must acknowledge an acks=-1 write.", validator=at_least(1)),
     ConfigDef("transaction.max.timeout.ms", I, 900000, "Largest transaction timeout allowed.", validator=at_least(1)),
     ConfigDef("brokkr.storage", S, "segment", "Which storage plugin keeps the logs: segment (Kafka's files), memory."),
+    ConfigDef(
+        "brokkr.plugins",
+        LST,
+        [],
+        "Plugins to load besides the entry points: importable modules or module:object, as pytest's -p.",
+    ),
     ConfigDef("brokkr.plugins.disabled", LST, [], "Names of plugins not to load (built-in or entry point)."),
 )
 

@@ -3,7 +3,8 @@
 An operation is tried once when created; if it cannot complete, it is watched under one
 key per partition it waits on and tried again each time :meth:`Purgatory.check` is
 called for one of those keys (after an append moves that partition's high watermark, and
-when its topic is deleted: a fetch waiting on it is then answered at once).
+when its topic is deleted: a fetch or an acks=-1 produce waiting on it is then answered
+at once).
 It completes on the first successful try or expires after its timeout; either way its
 future resolves exactly once. Nothing blocks the event loop: waiting is an ``await``
 on that future.

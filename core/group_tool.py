@@ -6,9 +6,12 @@ Requests for a group go to its coordinator (FindCoordinator); ListGroups to ever
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
 from datetime import datetime
 
+from . import client_config
 from .client import RawClient
 from .errors import ErrorCode
 from .protocol.consumer_protocol import decode_assignment
@@ -20,10 +23,22 @@ LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE, CONSUMER_GROUP_DESCR
 LATEST, EARLIEST = -1, -2
 
 
+#: What a reset without --execute says first, as Kafka's tool does (on standard error).
+DRY_RUN_WARNING = (
+    "WARN: No action will be performed as the --execute option is missing. Add --execute to commit the new offsets, "
+    "or --dry-run to only show them without this warning."
+)
+
+
 def consumer_groups(args: argparse.Namespace) -> int:
+    if args.reset_offsets and not (args.execute or args.dry_run):
+        print(DRY_RUN_WARNING, file=sys.stderr)
+    if isinstance(sys.stdout, io.TextIOWrapper):  # each line written at once: a reader gone (head) is met below
+        sys.stdout.reconfigure(line_buffering=True)
     try:
-        with RawClient(args.bootstrap_server, client_id="brokkr-consumer-groups") as client:
-            tool = _Groups(client, args.bootstrap_server)
+        config = client_config.of_args(args)
+        with RawClient(args.bootstrap_server, client_id="brokkr-consumer-groups", config=config) as client:
+            tool = _Groups(client, args.bootstrap_server, config)
             if args.list:
                 return tool.list(args)
             groups = tool.group_ids(args)
@@ -38,8 +53,11 @@ def consumer_groups(args: argparse.Namespace) -> int:
     except ToolError as exc:
         print(exc, file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(f"Error: cannot reach {args.bootstrap_server}: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # piped into head, which has read enough: stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and the exit's flush fails no more
+        return 1
+    except OSError as exc:  # the client's errors name the broker's address
+        print(f"Error: {exc}", file=sys.stderr)
         return 1
     return 2
 
@@ -51,9 +69,12 @@ def _table(rows: list[list], header: list[str]) -> None:
 
 
 class _Groups:
-    def __init__(self, client: RawClient, bootstrap: str):
-        self.client, self.bootstrap = client, bootstrap
+    def __init__(self, client: RawClient, bootstrap: str, config: client_config.ClientConfig):
+        self.client, self.bootstrap, self.config = client, bootstrap, config
         self._coordinators: dict[str, RawClient] = {}
+
+    def connect(self, address: str) -> RawClient:
+        return RawClient(address, client_id="brokkr-consumer-groups", config=self.config)
 
     # -- requests -----------------------------------------------------------------------
 
@@ -62,14 +83,14 @@ class _Groups:
         _check(found.error_code, found.error_message, f"finding the coordinator of group {group}")
         address = f"{found.host}:{found.port}"
         if address not in self._coordinators:
-            self._coordinators[address] = RawClient(address, client_id="brokkr-consumer-groups")
+            self._coordinators[address] = self.connect(address)
         return self._coordinators[address]
 
     def listed(self, states: list[str] | None = None, types: list[str] | None = None) -> list:
         spec = request_spec(LIST_GROUPS)
         out = {}
         for b in _metadata(self.client, []).brokers:
-            with RawClient(f"{b.host}:{b.port}", client_id="brokkr-consumer-groups") as c:
+            with self.connect(f"{b.host}:{b.port}") as c:
                 response = c.request(LIST_GROUPS, 5, spec.cls(states_filter=states or [], types_filter=types or []))
             _check(response.error_code, None, "listing groups")
             out.update({g.group_id: g for g in response.groups})
@@ -161,7 +182,7 @@ class _Groups:
                 isolation_level=0,
                 topics=[spec.struct("ListOffsetsTopic")(name=t, partitions=ps) for t, ps in topics.items()],
             )
-            with RawClient(brokers[leader], client_id="brokkr-consumer-groups") as c:
+            with self.connect(brokers[leader]) as c:
                 response = c.request(LIST_OFFSETS, 7, body)
             for t in response.topics:
                 for p in t.partitions:

@@ -598,7 +598,8 @@ def brokkr_produce_complete(partition: Partition, required_offset: int, broker: 
     ``DelayedProduce``) is: the high watermark has reached ``required_offset``.
 
     All results are used: the partition is complete only when every non-None result
-    is true.
+    is true. A partition whose topic is deleted while it waits is complete without
+    asking (answered UNKNOWN_TOPIC_OR_PARTITION, as Kafka's DelayedProduce does).
 
     :param partition: The partition written.
     :param required_offset: One past the last offset of the appended batch.

@@ -236,7 +236,7 @@ class Capability(enum.Flag):
     PRODUCER_SNAPSHOTS = enum.auto()  #: :class:`ProducerSnapshots`: else a start replays the whole log
     KEPT_HIGH_WATERMARK = enum.auto()  #: :class:`KeptHighWatermark`: else a cluster replica starts at the log start
     COMPACTION = enum.auto()  #: :class:`Compaction`: else compacted topics are never cleaned
-    LOG_DIRS = enum.auto()  #: :class:`LogDirs`: DescribeLogDirs reports them
+    LOG_DIRS = enum.auto()  #: :class:`LogDirs`: DescribeLogDirs reports them, AlterReplicaLogDirs moves logs
 
 
 @runtime_checkable
@@ -324,9 +324,57 @@ class Compaction(Protocol):
 @runtime_checkable
 class LogDirs(Protocol):
     """A storage keeping partitions in directories: DescribeLogDirs reports each, empty or
-    not; a log's segment paths (``<dir>/<topic>-<partition>/...``) say which holds it."""
+    not; a log's segment paths (``<dir>/<topic>-<partition>/...``) say which holds it
+    (:func:`log_dir_of`). AlterReplicaLogDirs moves a log to another of them."""
 
     dirs: Sequence[Path]
+
+    def move_log(self, log: PartitionLog, directory: Path) -> LogMove:
+        """Start moving ``log`` into ``directory`` (one of ``dirs``, not its own): a new,
+        empty log there that the broker fills (:class:`LogMove`)."""
+
+
+class LogMove(Protocol):
+    """A log moving to another log dir (Kafka's future log and ReplicaAlterLogDirsThread).
+    The broker calls :meth:`copy` on the event loop, a bounded step at a time, while the
+    partition takes appends as usual; once :meth:`caught_up` says so, :meth:`complete`
+    without an await in between, so that no append comes between the check and the swap.
+    The log moving keeps the future log in step with its truncations, and deletes it when
+    it is deleted or closed (a move a restart interrupts is dropped, the log where it was)."""
+
+    directory: Path  #: where the log is going
+    future: PartitionLog  #: the log there, catching up
+
+    def copy(self, max_bytes: int) -> int:
+        """Copy the next batches of the log (about ``max_bytes``, at least one) and what
+        goes with them (aborted transactions) to the future log; returns the bytes copied."""
+
+    def caught_up(self) -> bool:
+        """Whether the future log holds all of the log now, and the move may complete."""
+
+    def flush(self) -> Future:
+        """Make what the future log holds durable (in the background), before the swap."""
+
+    def complete(self) -> PartitionLog:
+        """Swap: the future log, at its final path, becomes the partition's log (its start
+        offset, leader epochs and kept high watermark as the log's); the log is deleted.
+        A crash in the middle leaves one of the two, complete, for the next start."""
+
+    def cancel(self) -> None:
+        """Give up: delete the future log (the log stays where it is)."""
+
+    @property
+    def cancelled(self) -> bool:
+        """The move can no longer complete: cancelled, or the log was deleted or closed."""
+
+
+def log_dir_of(log: PartitionLog) -> Path | None:
+    """The log dir holding ``log`` (None for a log without files), by the path of its
+    first segment: ``<dir>/<topic>-<partition>/<file>``."""
+    segments = log.segments()
+    if not segments or segments[0].path is None:
+        return None
+    return Path(segments[0].path).parent.parent
 
 
 #: The protocol each capability stands for.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import uuid
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .config import TopicConfig
 from .errors import BrokkrError, ErrorCode
-from .log import AppendInfo, PartitionLog, StorageCapabilities, TxnIndex
+from .log import AppendInfo, LogMove, PartitionLog, StorageCapabilities, TxnIndex
 from .producer_state import aborted_entry, rebuild_producer_state
 from .protocol.control import EndTxnMarker, encode_marker_batch, read_end_txn_marker
 from .protocol.records import BatchHeader, iter_batches_untrusted, patch_batch
@@ -19,6 +20,12 @@ if TYPE_CHECKING:
     from .validation import ValidatedRecords
 
 logger = logging.getLogger("brokkr")
+
+#: How much of a log one turn of the event loop copies while it moves to another log dir.
+MOVE_STEP_BYTES = 1 << 20
+#: How long a move waits before looking again when it has nothing to copy but cannot swap
+#: (the cleaner is at work on the log).
+MOVE_IDLE_S = 0.05
 
 MAX_TOPIC_NAME = 249
 #: KRaft's metadata log: never a topic clients see or create (a Kafka log directory brokkr
@@ -95,8 +102,13 @@ class Partition:
         #: it was last caught up with the log end (monotonic seconds).
         self.follower_end: dict[int, int] = {}
         self.follower_caught_up: dict[int, float] = {}
+        #: As the leader: each follower's log start offset, as its last fetch said (-1: unknown).
+        self.follower_start: dict[int, int] = {}
         #: Whether the log keeps the high watermark (KeptHighWatermark), resolved once: asked at every move.
         self.log_keeps_high_watermark = capabilities.kept_high_watermark
+        #: The move of the log to another log dir under way (AlterReplicaLogDirs), and its task.
+        self.log_move: LogMove | None = None
+        self._move_task: asyncio.Task | None = None
         self.tell_log()
 
     def tell_log(self) -> None:
@@ -241,14 +253,64 @@ class Partition:
         except OSError as exc:
             logger.error("writing the producer snapshot of %s failed: %s", self.name, exc)
 
+    def start_log_move(self, move: LogMove) -> None:
+        """Move the log to another log dir (AlterReplicaLogDirs): a task copies it into
+        ``move``'s future log a bounded step per turn of the loop, while appends go on to
+        the log, then swaps the two in one turn (see :class:`~brokkr.core.log.LogMove`)."""
+        self.cancel_log_move()
+        self.log_move = move
+        self._move_task = asyncio.ensure_future(self._move_log(move))
+
+    def cancel_log_move(self) -> None:
+        """Give up the move under way, if any (its future log is deleted)."""
+        if self.log_move is not None:
+            self.log_move.cancel()
+            self._move_task.cancel()
+            self.log_move = self._move_task = None
+
+    async def _move_log(self, move: LogMove) -> None:
+        try:
+            if not await self._catch_up(move):
+                return
+            await asyncio.wrap_future(move.flush())  # most of it durable before the swap
+            if await self._catch_up(move):
+                # Caught up, and no await since: no append came between the check and the swap.
+                self.log = move.complete()
+                if self.capabilities.txn_index:
+                    self.aborted = self.log
+                self.tell_log()
+                self.take_producer_snapshot()
+                logger.info("%s: log moved to %s", self.name, move.directory)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("%s: moving the log to %s failed; it stays where it is", self.name, move.directory)
+            move.cancel()
+        finally:
+            if self.log_move is move:
+                self.log_move = self._move_task = None
+
+    @staticmethod
+    async def _catch_up(move: LogMove) -> bool:
+        """Copy until the future log holds all of the log (True), or the move is cancelled."""
+        while not move.cancelled:
+            copied = move.copy(MOVE_STEP_BYTES)
+            if move.caught_up():
+                return True
+            await asyncio.sleep(0 if copied else MOVE_IDLE_S)
+        return False
+
     def delete(self) -> None:
         """Its topic is deleted: mark it deleted (what still holds it, a waiting fetch,
         reads nothing more from it), then delete the log."""
         self.deleted = True
+        self.cancel_log_move()
         self.log.delete()
 
     def close(self) -> None:
-        """Snapshot the producer state, then close the log (the broker is stopping)."""
+        """Snapshot the producer state, then close the log (the broker is stopping); a move
+        to another log dir under way is given up."""
+        self.cancel_log_move()
         self.take_producer_snapshot()
         self.log.close()
 

@@ -3,8 +3,10 @@
 Built-in plugins are module names registered through the same ``register()`` call as
 any other plugin, under stable names, so a user can block one with
 ``brokkr.plugins.disabled=<name>`` (unless it is essential: ``BUILTIN_ROLES``) and replace
-it. Third-party plugins load from the ``brokkr`` entry-point group; plugin objects can
-also be handed to :class:`brokkr.core.broker.Broker` directly (tests, embedding).
+it. Third-party plugins load from the ``brokkr`` entry-point group, and from the
+``brokkr.plugins`` setting (importable modules or ``module:object``, as pytest's ``-p``: a
+plugin without packaging); plugin objects can also be handed to
+:class:`brokkr.core.broker.Broker` directly (tests, embedding).
 """
 
 from __future__ import annotations
@@ -200,6 +202,7 @@ class PluginManager(pluggy.PluginManager):
     def __init__(self, project_name: str):
         super().__init__(project_name)
         self.hot = HotHooks(self)
+        self.named: set[str] = set()  # the plugins the brokkr.plugins setting loaded
 
     def register(self, plugin, name=None):
         try:
@@ -384,10 +387,34 @@ def _raised_in(exc: BaseException, impls: list[pluggy.HookImpl]) -> str:
     return found
 
 
+def import_plugin(spec: str) -> object:
+    """The plugin ``brokkr.plugins`` names: an importable module (``my_policy``), or an object
+    in one (``my_policy:validator``, dotted for a nested attribute), registered as it is.
+    Raises ConfigError naming the entry and why it does not load."""
+    module_name, colon, attribute = (part.strip() for part in spec.partition(":"))
+    if not module_name or (colon and not attribute):
+        raise ConfigError(f"brokkr.plugins: {spec!r} is neither a module nor module:object")
+    try:
+        plugin = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        hint = " (a module of the current directory needs PYTHONPATH=.)" if exc.name == module_name else ""
+        raise ConfigError(f"brokkr.plugins: cannot import {module_name}: {exc}{hint}") from exc
+    except Exception as exc:
+        raise ConfigError(f"brokkr.plugins: importing {module_name} failed: {exc!r}") from exc
+    for name in attribute.split(".") if attribute else ():
+        try:
+            plugin = getattr(plugin, name)
+        except AttributeError:
+            raise ConfigError(f"brokkr.plugins: {module_name} has no {attribute} ({spec})") from None
+    return plugin
+
+
 def create_plugin_manager(
-    plugins: Iterable[object] = (), disabled: Iterable[str] = (), entry_points: bool = True
+    plugins: Iterable[object] = (), disabled: Iterable[str] = (), entry_points: bool = True, named: Iterable[str] = ()
 ) -> PluginManager:
-    """A plugin manager with brokkr's hookspecs, built-in plugins, entry points and ``plugins``."""
+    """A plugin manager with brokkr's hookspecs, built-in plugins, entry points, the plugins
+    ``named`` by the ``brokkr.plugins`` setting (each under the name given; one already
+    registered, e.g. through its entry point, is not registered again) and ``plugins``."""
     pm = PluginManager("brokkr")
     pm.add_hookspecs(hookspecs)
     refuse_blocking_essentials(disabled)  # those essential whatever the settings: Broker checks the rest
@@ -401,21 +428,34 @@ def create_plugin_manager(
             pm.load_setuptools_entrypoints("brokkr")
         except Exception as exc:
             raise ConfigError(f"a brokkr plugin failed to load: {_failing_entry_point()}: {exc!r}") from exc
+    for spec in named:
+        plugin = import_plugin(spec)
+        if not pm.is_blocked(spec) and not pm.is_registered(plugin):  # as pytest's -p: loaded once
+            pm.register(plugin, name=spec)
+            pm.named.add(spec)
     for plugin in plugins:
         pm.register(plugin)
     pm.check_pending()
     return pm
 
 
+#: The origin :func:`describe_plugins` gives brokkr's own plugins.
+BUILT_IN = "built in"
+
+
 def describe_plugins(pm: pluggy.PluginManager) -> Iterator[tuple[str, object | None, str, str]]:
     """Each registered plugin as ``(name, plugin, origin, where)``: the plugin is None when
     ``brokkr.plugins.disabled`` blocks it; the origin is its distribution and version, or
-    "built in", or "passed to Broker"; where is its file (or module)."""
+    "brokkr.plugins" (that setting loaded it), or "built in" (:data:`BUILT_IN`), or "passed
+    to Broker"; where is its file (or module)."""
     dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+    named = getattr(pm, "named", set())
     for name, plugin in pm.list_name_plugin():
         dist = dists.get(id(plugin))
         if dist is not None:
             origin = f"{dist.project_name} {dist.version}"
+        elif name in named:
+            origin = "brokkr.plugins"
         else:
-            origin = "built in" if name.startswith("brokkr.") else "passed to Broker"
+            origin = BUILT_IN if name.startswith("brokkr.") else "passed to Broker"
         yield name, plugin, origin, getattr(plugin, "__file__", type(plugin).__module__)

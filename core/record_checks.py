@@ -9,6 +9,8 @@ word the errors of a batch that is being rejected.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import TYPE_CHECKING
 
 import attrs
@@ -19,6 +21,7 @@ from .protocol.records import NO_TIMESTAMP, BatchHeader, RecordScan, decode_reco
 
 if TYPE_CHECKING:
     from .config import TopicConfig
+    from .context import RequestContext
 
 LOG_APPEND_TIME = "LogAppendTime"
 
@@ -141,3 +144,46 @@ def need_records(header: BatchHeader, now: int, settings: tuple[bool, bool, int,
     if log_append_time:
         return False
     return before_max_ms < LONG_MAX or header.max_timestamp - now > after_max_ms
+
+
+class RefusalLog:
+    """The broker's log of the batches Produce refuses (a RecordsError of validation, a
+    plugin's validator or the producer state: the partition's error code and message, with
+    KIP-467 record errors), as Kafka's ReplicaManager logs each refused append ("Error
+    processing append operation on partition"). Bounded: the first refusal of a partition
+    is logged with its reason, then at most one line a partition every :attr:`EVERY_S`
+    seconds, with how many more there were, so that a client sending refused batches in a
+    loop does not flood the log. A producer fenced by a newer epoch is logged at INFO (it is
+    how transactions end a zombie), anything else at WARNING."""
+
+    EVERY_S = 60.0
+    #: Partitions remembered at most (forgotten all at once past it).
+    MAX_PARTITIONS = 10_000
+    log = logging.getLogger("brokkr.produce")
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, int]] = {}  # partition -> (when last logged, refusals since)
+        self.clock = time.monotonic
+
+    def refused(self, partition: str, context: RequestContext, code: ErrorCode, message: str) -> None:
+        now = self.clock()
+        last = self._last.get(partition)
+        if last is not None and now - last[0] < self.EVERY_S:
+            self._last[partition] = (last[0], last[1] + 1)
+            return
+        if len(self._last) >= self.MAX_PARTITIONS:
+            self._last.clear()
+        self._last[partition] = (now, 0)
+        more = f" ({last[1]} more since the last line)" if last is not None and last[1] else ""
+        level = logging.INFO if code == ErrorCode.INVALID_PRODUCER_EPOCH else logging.WARNING
+        self.log.log(
+            level,
+            "produce to %s refused with %s%s (client %s at %s, principal %s): %s",
+            partition,
+            getattr(code, "name", code),  # a plugin may raise with a plain int
+            more,
+            context.client_id,
+            context.client_host,
+            context.principal,
+            message,
+        )

@@ -58,6 +58,8 @@ class ReplicaManager:
         config = broker.config
         self.lag_time_s: float = config["replica.lag.time.max.ms"] / 1000
         self.num_fetchers: int = config["num.replica.fetchers"]
+        #: replica.selector.class (KIP-392): set, consumers may be sent to a closer replica.
+        self.selector: str | None = config["replica.selector.class"]
         self._dirty = asyncio.Event()
         # Sessions lost so far, and how many had been when the membership last reported a
         # change: an apply of what an earlier session read ends (see apply).
@@ -93,7 +95,8 @@ class ReplicaManager:
     async def _controlled_shutdown(self) -> None:
         """Kafka's controlled shutdown: leave the live brokers first, so the controller moves
         every leadership this broker holds to an in-sync replica, and wait until it has
-        (at most zookeeper.session.timeout.ms, what an uncontrolled stop would take)."""
+        (at most the membership's ``session_timeout_s``, what an uncontrolled stop would
+        take)."""
 
         def movable() -> list[str]:
             return [
@@ -110,7 +113,7 @@ class ReplicaManager:
         except Exception as exc:
             log.warning("controlled shutdown: leaving the live brokers failed (%s)", exc)
             return
-        deadline = time.monotonic() + self.broker.config["zookeeper.session.timeout.ms"] / 1000
+        deadline = time.monotonic() + self.membership.session_timeout_s
         while (left := movable()) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if left:
@@ -263,7 +266,7 @@ class ReplicaManager:
                 if partition.capabilities.leader_epochs:  # it starts at the log end (LeaderEpochFileCache.assign)
                     partition.log.assign_epoch(state.leader_epoch)
                 now = time.monotonic()
-                partition.follower_end = {}
+                partition.follower_end, partition.follower_start = {}, {}
                 partition.follower_caught_up = {r: now for r in state.isr if r != self.node_id}
                 log.info("%s: leader at epoch %d, ISR %s", partition.name, state.leader_epoch, list(state.isr))
                 self.broker.hot.notify("brokkr_became_leader", partition=partition, broker=self.broker)
@@ -339,14 +342,39 @@ class ReplicaManager:
 
     # -- as leader --------------------------------------------------------------------
 
-    def follower_fetched(self, partition: Partition, replica: int, fetch_offset: int) -> None:
-        """A follower fetched from ``fetch_offset``: it holds everything before it."""
+    def follower_fetched(self, partition: Partition, replica: int, fetch_offset: int, log_start: int = -1) -> None:
+        """A follower fetched from ``fetch_offset``: it holds everything before it (from
+        ``log_start``, its log start offset; -1: not said)."""
         partition.follower_end[replica] = fetch_offset
+        partition.follower_start[replica] = log_start
         if fetch_offset >= partition.log.log_end_offset:
             partition.follower_caught_up[replica] = time.monotonic()
         if replica not in partition.isr and replica in partition.replicas and fetch_offset >= partition.high_watermark:
             self._change_isr(partition, partition.isr + (replica,), f"replica {replica} caught up")
         self.broker.advance_high_watermark(partition, partition.high_watermark_candidate())
+
+    def preferred_read_replica(self, partition: Partition, client_rack: str, fetch_offset: int) -> int | None:
+        """KIP-392 as this leader runs Kafka's RackAwareReplicaSelector for a consumer in
+        ``client_rack`` fetching ``fetch_offset``: None (this leader serves it) unless a
+        selector is set, the consumer names a rack and this broker is not in it; then the
+        most caught-up in-sync follower in that rack that holds the offset (the largest log
+        end, then the most recently caught up, then the largest id), or None if none does.
+        Kafka's leader never names itself, and never a replica out of the ISR (it may lag)."""
+        if self.selector is None or not client_rack or self.broker.config["broker.rack"] == client_rack:
+            return None
+        live = self.membership.brokers()
+        now = time.monotonic()
+        candidates = []
+        for replica in partition.isr:
+            info = live.get(replica)
+            if replica == self.node_id or info is None or info.rack != client_rack:
+                continue
+            end = partition.follower_end.get(replica, -1)
+            if end < fetch_offset or partition.follower_start.get(replica, -1) > fetch_offset:
+                continue
+            caught_up_ago = now - partition.follower_caught_up.get(replica, float("-inf"))
+            candidates.append((end, -caught_up_ago, replica))
+        return max(candidates)[2] if candidates else None
 
     async def _check_isr_loop(self) -> None:
         while True:

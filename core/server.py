@@ -178,7 +178,7 @@ class Server:
             client_port=int(peer[1]),
             peer_certificate=transport.get_extra_info("peercert") or None,
         )
-        log.info("%s: connection from %s:%d", conn.connection_id, conn.client_host, conn.client_port)
+        log.debug("%s: connection from %s:%d", conn.connection_id, conn.client_host, conn.client_port)
         config = self.broker.config
         max_bytes = config["socket.request.max.bytes"]
         idle_s = config["connections.max.idle.ms"] / 1000
@@ -221,8 +221,8 @@ class Server:
                         self.requests.release(size)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
-                except TimeoutError:
-                    log.info(
+                except TimeoutError:  # routine (a client gone quiet): DEBUG, as a connection's open and close
+                    log.debug(
                         "%s: idle, stalled mid-frame or not reading its responses for connections.max.idle.ms; closing",
                         conn.connection_id,
                     )
@@ -239,7 +239,7 @@ class Server:
             log.exception("%s: unexpected error; closing the connection", conn.connection_id)
         finally:
             channel.close()
-            log.info("%s: closed", conn.connection_id)
+            log.debug("%s: closed", conn.connection_id)
 
     async def _answer(self, conn, sasl, principal, frame, channel: Channel) -> tuple[bool, int]:
         """Answer one frame: (keep the connection open?, throttle time in ms). Raises

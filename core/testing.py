@@ -12,7 +12,8 @@ Fixtures:
     settings and plugins (all stopped after the test).
 
 ``brokkr_cluster``
-    ``brokkr_cluster(n=3, **settings)`` starts brokers 1..n that form one cluster on a real
+    ``brokkr_cluster(n=3, **settings)`` (a setting's value may be a dict of node id to value,
+    for one per broker) starts brokers 1..n that form one cluster on a real
     ZooKeeper (Debian's ``zookeeper`` package, started once per test session in a
     temporary directory; each test gets a chroot of its own) and returns them.
     ``brokkr_zookeeper`` is that test's ``zookeeper.connect``. Skipped where ZooKeeper,
@@ -157,8 +158,10 @@ def brokkr_zookeeper(brokkr_zookeeper_server: str) -> str:
 @pytest.fixture
 def brokkr_cluster(brokkr_broker_factory: Any, brokkr_zookeeper: str, tmp_path_factory: pytest.TempPathFactory):
     """``brokkr_cluster(n=3, **settings)``: brokers 1..n of one cluster (dots in setting
-    names written as underscores), stopped after the test. It returns once every broker
-    knows every other as live, so that a topic created at once may have n replicas."""
+    names written as underscores; a setting given as a dict of node id to value is set per
+    broker: ``broker_rack={1: "a", 2: "b", 3: "c"}``), stopped after the test. It returns
+    once every broker knows every other as live, so that a topic created at once may have n
+    replicas."""
 
     def start(n: int = 3, plugins: tuple = (), **settings: Any) -> list[BrokerThread]:
         root = tmp_path_factory.mktemp("brokkr-cluster")
@@ -166,7 +169,7 @@ def brokkr_cluster(brokkr_broker_factory: Any, brokkr_zookeeper: str, tmp_path_f
         for node in range(1, n + 1):
             config = {"node.id": node, "zookeeper.connect": brokkr_zookeeper, "log.dirs": str(root / f"b{node}")}
             config.update(CLUSTER_SETTINGS)
-            config.update({k.replace("_", "."): v for k, v in settings.items()})
+            config.update({k.replace("_", "."): v[node] if isinstance(v, dict) else v for k, v in settings.items()})
             brokers.append(brokkr_broker_factory(config, plugins))
         nodes = set(range(1, n + 1))
         deadline = time.monotonic() + 30

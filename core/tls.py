@@ -1,5 +1,6 @@
 """TLS for SSL and SASL_SSL listeners: an :class:`ssl.SSLContext` built from Kafka's
-``ssl.*`` settings, and the principal name Kafka gives a client certificate.
+``ssl.*`` settings, and the principal name Kafka gives a client certificate; the client
+side too (:func:`client_context`, for brokkr's tools: ``core/client_config.py``).
 
 Keystores and truststores are PEM (``ssl.keystore.type=PEM``, brokkr's default): a file
 holding the private key and the certificate chain (``ssl.keystore.location``) or both
@@ -15,7 +16,7 @@ import contextlib
 import os
 import ssl
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,25 +45,50 @@ def server_context(config: Mapping[str, Any], listener: str) -> ssl.SSLContext:
     if not versions:
         raise ConfigError(f"listener {listener}: ssl.enabled.protocols is empty")
     ctx.minimum_version, ctx.maximum_version = min(versions), max(versions)
-    _load_keystore(ctx, setting, listener)
+    where = f"listener {listener}"
+    _load_keystore(ctx, setting, where)
     client_auth = _CLIENT_AUTH[setting("ssl.client.auth")]
-    if not _load_truststore(ctx, setting, listener) and client_auth != ssl.CERT_NONE:
+    if not _load_truststore(ctx, setting, where) and client_auth != ssl.CERT_NONE:
         ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
     ctx.verify_mode = client_auth
-    _set_ciphers(ctx, setting("ssl.cipher.suites"), listener)
+    _set_ciphers(ctx, setting("ssl.cipher.suites"), where)
     return ctx
 
 
-def _load_keystore(ctx: ssl.SSLContext, setting, listener: str) -> None:
+def client_context(setting: Callable[[str], Any], where: str) -> ssl.SSLContext:
+    """A client's TLS context from Kafka's client ``ssl.*`` settings (``setting(name)``:
+    a string or None): the truststore (else the system's CAs), a keystore when one is set
+    (a client certificate), ``ssl.enabled.protocols``, ``ssl.cipher.suites``, and the
+    host name checked unless ``ssl.endpoint.identification.algorithm`` is empty (Kafka's
+    default is ``https``: checked). ``where`` names the settings' origin in errors."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    protocols = [p.strip() for p in (setting("ssl.enabled.protocols") or "").split(",") if p.strip()]
+    unknown = [p for p in protocols if p not in _VERSIONS]
+    if unknown:
+        raise ConfigError(f"{where}: ssl.enabled.protocols: unknown protocol {unknown[0]!r} ({', '.join(_VERSIONS)})")
+    if protocols:
+        versions = [_VERSIONS[p] for p in protocols]
+        ctx.minimum_version, ctx.maximum_version = min(versions), max(versions)
+    if any(setting(name) for name in ("ssl.keystore.location", "ssl.keystore.certificate.chain", "ssl.keystore.key")):
+        _load_keystore(ctx, setting, where)
+    if not _load_truststore(ctx, setting, where):
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    algorithm = setting("ssl.endpoint.identification.algorithm")
+    ctx.check_hostname = algorithm is None or bool(algorithm.strip())
+    _set_ciphers(ctx, [s.strip() for s in (setting("ssl.cipher.suites") or "").split(",") if s.strip()], where)
+    return ctx
+
+
+def _load_keystore(ctx: ssl.SSLContext, setting, where: str) -> None:
     kind = (setting("ssl.keystore.type") or "PEM").upper()
     location = setting("ssl.keystore.location")
     chain, key = setting("ssl.keystore.certificate.chain"), setting("ssl.keystore.key")
-    password = setting("ssl.key.password") or _no_password(listener)
+    password = setting("ssl.key.password") or _no_password(where)
     try:
         if kind == "PEM":
             if location and (chain or key):
                 raise ConfigError(
-                    f"listener {listener}: set ssl.keystore.location or ssl.keystore.certificate.chain and "
+                    f"{where}: set ssl.keystore.location or ssl.keystore.certificate.chain and "
                     "ssl.keystore.key, not both"
                 )
             if location:
@@ -72,12 +98,12 @@ def _load_keystore(ctx: ssl.SSLContext, setting, listener: str) -> None:
                     ctx.load_cert_chain(path, password=password)
             else:
                 raise ConfigError(
-                    f"listener {listener} uses TLS: set ssl.keystore.location (a PEM file with the private key and "
+                    f"{where} uses TLS: set ssl.keystore.location (a PEM file with the private key and "
                     "certificate chain), or ssl.keystore.certificate.chain and ssl.keystore.key"
                 )
         elif kind == "PKCS12":
             if not location:
-                raise ConfigError(f"listener {listener}: ssl.keystore.type=PKCS12 needs ssl.keystore.location")
+                raise ConfigError(f"{where}: ssl.keystore.type=PKCS12 needs ssl.keystore.location")
             key_pem, chain_pem = _pkcs12_key_and_chain(
                 Path(location).read_bytes(), setting("ssl.keystore.password"), setting("ssl.key.password")
             )
@@ -88,10 +114,10 @@ def _load_keystore(ctx: ssl.SSLContext, setting, listener: str) -> None:
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         if isinstance(exc, ConfigError):
             raise
-        raise ConfigError(f"listener {listener}: cannot load the TLS keystore: {exc}") from None
+        raise ConfigError(f"{where}: cannot load the TLS keystore: {exc}") from None
 
 
-def _load_truststore(ctx: ssl.SSLContext, setting, listener: str) -> bool:
+def _load_truststore(ctx: ssl.SSLContext, setting, where: str) -> bool:
     kind = (setting("ssl.truststore.type") or "PEM").upper()
     location, inline = setting("ssl.truststore.location"), setting("ssl.truststore.certificates")
     if not location and not inline:
@@ -104,7 +130,7 @@ def _load_truststore(ctx: ssl.SSLContext, setting, listener: str) -> bool:
                 ctx.load_verify_locations(cadata=inline)
         elif kind == "PKCS12":
             if not location:
-                raise ConfigError(f"listener {listener}: ssl.truststore.type=PKCS12 needs ssl.truststore.location")
+                raise ConfigError(f"{where}: ssl.truststore.type=PKCS12 needs ssl.truststore.location")
             ctx.load_verify_locations(
                 cadata=_pkcs12_certificates(Path(location).read_bytes(), setting("ssl.truststore.password"))
             )
@@ -113,18 +139,18 @@ def _load_truststore(ctx: ssl.SSLContext, setting, listener: str) -> bool:
     except (OSError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
-        raise ConfigError(f"listener {listener}: cannot load the TLS truststore: {exc}") from None
+        raise ConfigError(f"{where}: cannot load the TLS truststore: {exc}") from None
     return True
 
 
-def _no_password(listener: str):
+def _no_password(where: str):
     def refuse() -> str:  # never let OpenSSL prompt on the terminal for a key's password
-        raise ConfigError(f"listener {listener}: the private key is encrypted; set ssl.key.password")
+        raise ConfigError(f"{where}: the private key is encrypted; set ssl.key.password")
 
     return refuse
 
 
-def _set_ciphers(ctx: ssl.SSLContext, suites: list[str], listener: str) -> None:
+def _set_ciphers(ctx: ssl.SSLContext, suites: list[str], where: str) -> None:
     names = [s for s in suites if not s.startswith(_TLS13_SUITES)]
     if not names:
         return
@@ -134,7 +160,7 @@ def _set_ciphers(ctx: ssl.SSLContext, suites: list[str], listener: str) -> None:
             scratch.set_ciphers(name)
         except ssl.SSLError:
             raise ConfigError(
-                f"listener {listener}: ssl.cipher.suites: OpenSSL has no cipher {name!r} (brokkr takes OpenSSL's "
+                f"{where}: ssl.cipher.suites: OpenSSL has no cipher {name!r} (brokkr takes OpenSSL's "
                 "names, such as ECDHE-RSA-AES256-GCM-SHA384, not Java's TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384)"
             ) from None
     ctx.set_ciphers(":".join(names))

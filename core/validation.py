@@ -30,7 +30,7 @@ stored in place or rebuilt.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import TYPE_CHECKING
 
 import attrs
@@ -52,6 +52,7 @@ from .protocol.records import (
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
     BatchHeader,
+    Record,
     RecordScan,
     check_offset_deltas,
     check_records_c,
@@ -61,6 +62,7 @@ from .protocol.records import (
     scan_records_untrusted,
     set_max_timestamp,
 )
+from .protocol.records import iter_records as _batch_records
 from .record_checks import RecordRules, need_records, rejection_message
 
 try:
@@ -73,7 +75,7 @@ if TYPE_CHECKING:
     from .context import RequestContext
     from .partition import Partition
 
-__all__ = ["Codec", "RecordsError", "ValidatedRecords", "validate_batches"]
+__all__ = ["Codec", "Record", "RecordsError", "ValidatedRecords", "iter_records", "validate_batches"]
 
 ZSTD_MIN_PRODUCE_VERSION = 7  # KIP-110
 #: The smallest record: length, attributes, timestamp delta, offset delta, key length,
@@ -121,6 +123,25 @@ class RecordsError(BrokkrError):
 
     def __reduce__(self):  # raised in offload workers, re-raised here
         return (RecordsError, (self.code, str(self), self.record_errors))
+
+
+def iter_records(validated: ValidatedRecords, broker: Broker) -> Iterator[Record]:
+    """The records of a batch the built-in validator has accepted, one at a time: what a
+    plugin checking records walks (a wrapper of ``brokkr_validate_records``, see the README's
+    "Writing a plugin"). Each is a :class:`~brokkr.core.protocol.records.Record` (offset,
+    timestamp, key, value, headers); offsets are not assigned yet, so a record's ``offset``
+    is its index in the batch, the batch index of a KIP-467 record error. A compressed
+    batch is decompressed once, within ``socket.request.max.bytes`` as the validator does,
+    with the broker's codecs: call it on the event loop. Nothing is kept: one record at a
+    time is decoded, so a batch of many records costs its walk's time, not memory (a plugin
+    walking large batches often should do so in a worker, as the hook's documentation says)."""
+    records = memoryview(validated.records)
+    bound = broker.config["socket.request.max.bytes"]
+    for header in validated.batches:
+        section = records[header.position + HEADER_SIZE : header.end]
+        if header.codec != NONE_ID:
+            section = broker.codecs[header.codec].decompress(section, bound)
+        yield from _batch_records(header, section)
 
 
 def validate_batches(

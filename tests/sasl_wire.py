@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import secrets
 
+from brokkr.core.client_config import ScramClient
 from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.frames import request_spec
 
@@ -54,33 +53,6 @@ def authenticate(c, token: bytes, version: int = 2):
 
 def plain_token(user: str, password: str, authzid: str = "") -> bytes:
     return f"{authzid}\0{user}\0{password}".encode()
-
-
-class ScramClient:
-    """The client side of RFC 5802, independent of the broker's code."""
-
-    def __init__(self, mechanism: str, user: str, password: str, nonce: str | None = None):
-        self.hash = HASHES[mechanism]
-        self.user, self.password = user, password
-        self.nonce = nonce or secrets.token_hex(12)
-        self.bare = f"n={user.replace('=', '=3D').replace(',', '=2C')},r={self.nonce}"
-
-    def first(self) -> bytes:
-        return f"n,,{self.bare}".encode()
-
-    def final(self, server_first: bytes) -> bytes:
-        server_first = bytes(server_first)
-        attrs = dict(part.split("=", 1) for part in server_first.decode().split(","))
-        assert attrs["r"].startswith(self.nonce)
-        salted = hashlib.pbkdf2_hmac(self.hash, self.password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
-        without_proof = f"c=biws,r={attrs['r']}"
-        auth_message = f"{self.bare},{server_first.decode()},{without_proof}".encode()
-        client_key = hmac.digest(salted, b"Client Key", self.hash)
-        signature = hmac.digest(hashlib.new(self.hash, client_key).digest(), auth_message, self.hash)
-        server_key = hmac.digest(salted, b"Server Key", self.hash)
-        self.expected_server_final = b"v=" + base64.b64encode(hmac.digest(server_key, auth_message, self.hash))
-        proof = bytes(a ^ b for a, b in zip(client_key, signature))
-        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 
 
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:

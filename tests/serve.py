@@ -14,10 +14,10 @@ class Served:
     """A ``brokkr serve`` process: its address once it listens, and everything it logged
     (read continuously, so a chatty broker never blocks on a full pipe)."""
 
-    def __init__(self, *args: str, cwd, timeout: float = 30):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "brokkr.core.cli", "serve", *args], cwd=cwd, stderr=subprocess.PIPE, text=True
-        )
+    def __init__(self, *args: str, cwd, timeout: float = 30, program: tuple[str, ...] = ()):
+        """``program``: how ``brokkr`` is run (default: ``python -m brokkr.core.cli``)."""
+        command = [*(program or (sys.executable, "-m", "brokkr.core.cli")), "serve", *args]
+        self.proc = subprocess.Popen(command, cwd=cwd, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -10,21 +10,21 @@ from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.frames import request_spec, response_spec
 from brokkr.core.testing import RawClient
 
-# DescribeQuorum: an API core does not serve (Kafka's KRaft controllers do).
-API_VERSIONS, DESCRIBE_CLIENT_QUOTAS, DESCRIBE_QUORUM = 18, 48, 55
-DescribeQuorumResponse = response_spec(DESCRIBE_QUORUM).cls
+# UpdateFeatures: an API core does not serve (brokkr finalizes no feature flags).
+API_VERSIONS, DESCRIBE_CLIENT_QUOTAS, UPDATE_FEATURES = 18, 48, 57
+UpdateFeaturesResponse = response_spec(UPDATE_FEATURES).cls
 DescribeClientQuotasResponse = response_spec(DESCRIBE_CLIENT_QUOTAS).cls
 
 
-class QuorumAndQuotas:
-    """Adds DescribeQuorum v2 and replaces DescribeClientQuotas; keeps state on itself."""
+class FeaturesAndQuotas:
+    """Adds UpdateFeatures v2 and replaces DescribeClientQuotas; keeps state on itself."""
 
     def __init__(self):
         self.handled: list[tuple[int, int]] = []
 
-    async def describe_quorum(self, broker, ctx, request):
+    async def update_features(self, broker, ctx, request):
         self.handled.append((ctx.api_key, ctx.api_version))
-        return DescribeQuorumResponse(error_code=ErrorCode.NONE, error_message=broker.cluster_id, topics=[], nodes=[])
+        return UpdateFeaturesResponse(error_code=ErrorCode.NONE, error_message=broker.cluster_id)
 
     async def describe_client_quotas(self, broker, ctx, request):
         self.handled.append((ctx.api_key, ctx.api_version))
@@ -33,7 +33,7 @@ class QuorumAndQuotas:
     @hookimpl
     def brokkr_apis(self):
         return [
-            Api(DESCRIBE_QUORUM, 2, 2, self.describe_quorum, lambda r, code: DescribeQuorumResponse(error_code=code)),
+            Api(UPDATE_FEATURES, 2, 2, self.update_features, lambda r, code: UpdateFeaturesResponse(error_code=code)),
             Api(
                 DESCRIBE_CLIENT_QUOTAS,
                 0,
@@ -53,23 +53,23 @@ def advertised(broker) -> dict[int, tuple[int, int]]:
 
 
 def test_a_plugin_adds_an_api_and_replaces_one(brokkr_broker_factory):
-    plugin = QuorumAndQuotas()
+    plugin = FeaturesAndQuotas()
     broker = brokkr_broker_factory(plugins=(plugin,))
     apis = advertised(broker)
-    assert apis[DESCRIBE_QUORUM] == (2, 2) and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
+    assert apis[UPDATE_FEATURES] == (2, 2) and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
     with RawClient(broker.bootstrap_servers) as c:
-        cluster = c.request(DESCRIBE_QUORUM, 2, request_spec(DESCRIBE_QUORUM).cls(topics=[]))
+        cluster = c.request(UPDATE_FEATURES, 2, request_spec(UPDATE_FEATURES).cls(feature_updates=[]))
         quotas = c.request(DESCRIBE_CLIENT_QUOTAS, 1, request_spec(DESCRIBE_CLIENT_QUOTAS).cls(components=[]))
     assert cluster.error_code == ErrorCode.NONE and cluster.error_message == broker.broker.cluster_id
     assert quotas.error_code == ErrorCode.POLICY_VIOLATION and quotas.error_message == "replaced"
-    assert plugin.handled == [(DESCRIBE_QUORUM, 2), (DESCRIBE_CLIENT_QUOTAS, 1)]
+    assert plugin.handled == [(UPDATE_FEATURES, 2), (DESCRIBE_CLIENT_QUOTAS, 1)]
 
 
 def test_without_the_plugin_the_api_is_neither_advertised_nor_served(brokkr_broker):
     apis = advertised(brokkr_broker)
-    assert DESCRIBE_QUORUM not in apis and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
+    assert UPDATE_FEATURES not in apis and apis[DESCRIBE_CLIENT_QUOTAS] == (0, 1)
     with RawClient(brokkr_broker.bootstrap_servers) as c:
-        c.send(DESCRIBE_QUORUM, 2, request_spec(DESCRIBE_QUORUM).cls(topics=[]))
+        c.send(UPDATE_FEATURES, 2, request_spec(UPDATE_FEATURES).cls(feature_updates=[]))
         assert c.is_closed_by_peer()
 
 
@@ -79,8 +79,8 @@ def test_core_apis_come_through_the_hook(tmp_path):
     disabled = "brokkr.plugins.groups,brokkr.plugins.transactions"
     broker = Broker(
         {"brokkr.plugins.disabled": disabled, "log.dirs": str(tmp_path)},
-        plugins=(QuorumAndQuotas(),),
+        plugins=(FeaturesAndQuotas(),),
         entry_points=False,
     )
     broker.pm.unregister(name="brokkr.core.apis.builtin")
-    assert set(collect_apis(broker.hook, broker)) == {DESCRIBE_QUORUM, DESCRIBE_CLIENT_QUOTAS}
+    assert set(collect_apis(broker.hook, broker)) == {UPDATE_FEATURES, DESCRIBE_CLIENT_QUOTAS}

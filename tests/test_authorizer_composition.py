@@ -9,6 +9,7 @@ from brokkr.core.authorization import AclOperation, AuthorizationResult, Resourc
 from brokkr.core.errors import ErrorCode
 from brokkr.core.plugins import hookimpl
 from brokkr.core.testing import RawClient
+from brokkr.plugins.auth.acl import AclAuthorizer
 from wire import METADATA, PRODUCE, batch, metadata_body, produce_body
 
 
@@ -36,6 +37,14 @@ class AllowsEverything:
         return [AuthorizationResult.ALLOWED] * len(actions)
 
 
+class AllowsEverythingFirst(AllowsEverything):
+    """Asked before every other authorizer (pluggy's ``tryfirst``)."""
+
+    @hookimpl(tryfirst=True)
+    def brokkr_authorize(self, actions):
+        return super().brokkr_authorize(actions)
+
+
 def produce_codes(broker, *topics: str) -> dict[str, int]:
     with RawClient(broker.bootstrap_servers) as c:
         for t in topics:
@@ -57,7 +66,13 @@ def test_two_authorizers_each_deny_their_own_in_either_order(brokkr_broker_facto
 @pytest.mark.parametrize("order", ["acl-first", "plugin-first"])
 def test_another_plugins_allow_never_shadows_the_acl_authorizer(brokkr_broker_factory, order):
     config = {"authorizer.class.name": "acl", "allow.everyone.if.no.acl.found": "false"}
-    broker = brokkr_broker_factory(config, plugins=[AllowsEverything()])
+    # pluggy calls the plugin registered last first: the ACL authorizer, registered as the
+    # broker starts, unless the other one asks to be first
+    plugin = AllowsEverything() if order == "acl-first" else AllowsEverythingFirst()
+    broker = brokkr_broker_factory(config, plugins=[plugin])
+    called = [impl.plugin for impl in reversed(broker.broker.hook.brokkr_authorize.get_hookimpls())]
+    acl = next(p for p in called if isinstance(p, AclAuthorizer))
+    assert (called.index(acl) < called.index(plugin)) == (order == "acl-first"), "asked in the order named"
     codes = produce_codes(broker, "locked")
     assert codes == {"locked": ErrorCode.TOPIC_AUTHORIZATION_FAILED}, "no ACL allows it: denied"
 

@@ -7,21 +7,22 @@ from __future__ import annotations
 import asyncio
 
 from brokkr.core.broker_client import BrokerClient
-from brokkr.core.protocol.frames import request_spec
-
-API_VERSIONS = 18
+from wire import METADATA, metadata_body
 
 
 def test_concurrent_requests_on_one_client_each_get_their_own_answer(brokkr_broker):
+    """20 different requests at once (Metadata for topic t0, t1, ...): each caller gets the
+    answer to its own, which names its topic."""
     host, port = brokkr_broker.bootstrap_servers.split(":")
-    body = request_spec(API_VERSIONS).cls(client_software_name="t", client_software_version="1")
+    names = [f"t{i}" for i in range(20)]
 
     async def main():
         client = BrokerClient(host, int(port), "test")
         try:
-            return await asyncio.gather(*(client.request(API_VERSIONS, 3, body, 10) for _ in range(20)))
+            asked = (client.request(METADATA, 12, metadata_body(name, auto_create=False), 10) for name in names)
+            return await asyncio.gather(*asked)
         finally:
             client.close()
 
     answers = asyncio.run(main())
-    assert len(answers) == 20 and all(a.error_code == 0 and a.api_keys for a in answers)
+    assert [[t.name for t in a.topics] for a in answers] == [[name] for name in names]

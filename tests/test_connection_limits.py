@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import sys
 import time
 
 import pytest
@@ -138,6 +139,7 @@ def test_clients_that_never_read_their_fetches_are_closed_and_their_memory_retur
         "--override",
         "connections.max.idle.ms=1000",
         cwd=tmp_path,
+        program=(sys.executable, "-m", "brokkr.core.cli", "--log-level", "DEBUG"),  # idle closes: DEBUG
     )
     try:
         with RawClient(served.address) as c:

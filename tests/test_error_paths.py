@@ -13,6 +13,8 @@ from brokkr.core.errors import ErrorCode
 from brokkr.core.plugins import hookimpl
 from brokkr.core.protocol.frames import decode_response, encode_request, request_spec
 from brokkr.core.testing import RawClient
+from confluent_kafka.admin import AdminClient
+from waiting import wait_for
 from wire import (
     API_VERSIONS,
     FETCH,
@@ -50,9 +52,9 @@ def test_unknown_api_key_closes_only_that_connection(brokkr_broker):
 
 
 def test_api_kafka_defines_but_brokkr_does_not_serve_closes_the_connection(brokkr_broker):
-    alter_replica_log_dirs = 34
+    update_features = 57  # brokkr finalizes no feature flags
     with RawClient(brokkr_broker.bootstrap_servers) as c:
-        c.send(alter_replica_log_dirs, 1, request_spec(alter_replica_log_dirs).cls())
+        c.send(update_features, 1, request_spec(update_features).cls(feature_updates=[]))
         assert c.is_closed_by_peer()
     still_serving(brokkr_broker)
 
@@ -119,6 +121,7 @@ def test_api_versions_lists_only_what_is_served(brokkr_broker):
         31,
         32,
         33,
+        34,
         35,
         36,
         37,
@@ -130,8 +133,10 @@ def test_api_versions_lists_only_what_is_served(brokkr_broker):
         49,
         50,
         51,
+        55,
         60,
         61,
+        74,
         75,
     }
     groups = {8, 9, 10, 11, 12, 13, 14, 15, 16, 28, 42, 47, 68, 69}  # the built-in group coordinator plugin
@@ -298,6 +303,34 @@ def test_acks_all_completes_when_the_check_agrees(brokkr_broker_factory):
         start = time.monotonic()
         response = c.request(PRODUCE, 9, produce_body("t", batch(), acks=-1, timeout_ms=10000))
     assert partition_error(response) == 0 and 0.25 < time.monotonic() - start < 5
+
+
+def test_acks_all_waiting_on_a_deleted_topic_answers_at_once_the_others_still_wait(brokkr_broker_factory):
+    """Kafka's DelayedProduce: a partition that went (its topic deleted) completes at once,
+    UNKNOWN_TOPIC_OR_PARTITION, though its acks never came; the request's other partitions
+    still wait for theirs (here until their timeout)."""
+    broker = brokkr_broker_factory(plugins=[NeverReplicated()])
+    for name in ("A", "B"):
+        broker.call(broker.broker.create_topic, name)
+    both = produce_body("A", batch(), acks=-1, timeout_ms=1500)
+    both.topic_data += produce_body("B", batch()).topic_data
+    with RawClient(broker.bootstrap_servers, timeout=10) as alone, RawClient(broker.bootstrap_servers) as c:
+        alone.send(PRODUCE, 9, produce_body("A", batch(), acks=-1, timeout_ms=30_000))
+        c.send(PRODUCE, 9, both)
+        sent = time.monotonic()
+        wait_for("both produces to wait", lambda: len(broker.broker.purgatory) == 2)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        admin.delete_topics(["A"])["A"].result(10)
+        deleted = time.monotonic()
+        _, response = alone.receive(PRODUCE, 9)
+        assert time.monotonic() - deleted < 2, "answered at once, not after timeout_ms"
+        [answer] = response.responses[0].partition_responses
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)
+        _, response = c.receive(PRODUCE, 9)
+        assert time.monotonic() - sent > 1.4, "B still waited for its acks"
+    codes = [t.partition_responses[0].error_code for t in response.responses]
+    assert codes == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.REQUEST_TIMED_OUT]
+    assert len(broker.broker.purgatory) == 0
 
 
 def test_acks_all_with_min_insync_replicas_above_one_is_not_enough_replicas(brokkr_broker):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import logging
 import time
 
 import brokkr_example_policy
@@ -9,22 +11,24 @@ import brokkr_fair_quota
 import brokkr_tenant_authorizer
 import pytest
 from brokkr.core.broker import Broker
-from brokkr.core.errors import ConfigError
+from brokkr.core.compression import COMPRESSION_TYPE_IDS
+from brokkr.core.errors import ConfigError, ErrorCode
 from brokkr.core.log import Capability
 from brokkr.core.protocol.frames import request_spec
-from brokkr.core.protocol.records import build_batch
+from brokkr.core.protocol.records import build_batch, encode_record
 from brokkr.core.storage_contract import StorageContract
 from brokkr.core.testing import RawClient
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from txn_wire import UNVERIFIED, build_log
+from wire import PRODUCE, compressed_batch, produce_body
 
 
-def produce(bootstrap: str, topic: str, n: int) -> list:
+def produce(bootstrap: str, topic: str, n: int, key: bytes | None = None) -> list:
     errors = []
     producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 5000})
     for i in range(n):
-        producer.produce(topic, value=b"v%d" % i, on_delivery=lambda err, msg: errors.append(err))
+        producer.produce(topic, value=b"v%d" % i, key=key, on_delivery=lambda err, msg: errors.append(err))
     assert producer.flush(10) == 0
     return errors
 
@@ -38,6 +42,34 @@ def test_the_example_plugin_loads_from_its_entry_point_and_enforces_its_policy(b
     assert brokkr_example_policy.counter(other.broker).appended["orders"] == 0, "two brokers share nothing"
     denied = produce(broker.bootstrap_servers, "audit.events", 1)
     assert denied[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_the_example_validator_refuses_a_batch_with_a_keyless_record_and_says_why(brokkr_broker_factory, caplog):
+    """A batch to a keyed topic with any keyless record is refused whole (INVALID_RECORD,
+    nothing stored), with one KIP-467 record error per keyless record (Produce v8+), a
+    compressed batch too; the broker logs the refusal, once a minute per partition."""
+    caplog.set_level(logging.INFO, logger="brokkr.produce")
+    broker = brokkr_broker_factory()
+    assert produce(broker.bootstrap_servers, "keyed.orders", 3, key=b"k") == [None] * 3
+    [refused] = produce(broker.bootstrap_servers, "keyed.orders", 1)
+    assert refused.code() == KafkaError.INVALID_RECORD
+    records = b"".join(encode_record(i, 0, key, b"v") for i, key in enumerate([b"a", None, b"c", None]))
+    with RawClient(broker.bootstrap_servers) as c:
+        body = produce_body("keyed.orders", compressed_batch(gzip.compress(records), 4, COMPRESSION_TYPE_IDS["gzip"]))
+        [answer] = c.request(PRODUCE, 9, body).responses[0].partition_responses
+    assert answer.error_code == ErrorCode.INVALID_RECORD
+    errors = [(e.batch_index, e.batch_index_error_message) for e in answer.record_errors]
+    assert errors == [(1, "Record without a key in keyed.orders-0"), (3, "Record without a key in keyed.orders-0")]
+    assert answer.error_message.startswith("One or more records have been rejected due to 2 record errors in total")
+    assert broker.broker.partition("keyed.orders", 0).high_watermark == 3, "nothing of a refused batch is stored"
+    [logged] = [r for r in caplog.records if r.name == "brokkr.produce"]  # the second refusal only counted
+    assert logged.levelno == logging.WARNING and logged.getMessage().startswith(
+        "produce to keyed.orders-0 refused with INVALID_RECORD (client rdkafka at 127.0.0.1, principal User:ANONYMOUS): "
+        "One or more records have been rejected due to 1 record errors in total"
+    )
+    broker.broker.refusals.clock = lambda: time.monotonic() + 61  # a minute on: logged again, with the count
+    produce(broker.bootstrap_servers, "keyed.orders", 1)
+    assert "produce to keyed.orders-0 refused with INVALID_RECORD (1 more since the last line)" in caplog.text
 
 
 def test_the_example_plugin_can_be_disabled_by_name(brokkr_broker_factory):

@@ -4,6 +4,8 @@ executed and resumed from), delete offsets and groups, and the errors Kafka's to
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from tests.test_tools import brokkr
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, Producer  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 
 @pytest.fixture
@@ -97,12 +99,15 @@ def test_reset_offsets_is_a_dry_run_until_executed(broker):
     reset = ("--reset-offsets", "--group", "g", "--topic", "orders:0")
     dry = brokkr("consumer-groups", *server, *reset, "--to-offset", "3")
     assert table(dry.stdout) == [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], ["g", "orders", "0", "3"]]
+    assert dry.stderr.startswith("WARN: No action will be performed as the --execute option is missing."), dry.stderr
+    asked = brokkr("consumer-groups", *server, *reset, "--to-offset", "3", "--dry-run")
+    assert (asked.stdout, asked.stderr) == (dry.stdout, ""), "a dry run asked for needs no warning"
     rows = table(brokkr("consumer-groups", *server, "--describe", "--group", "g").stdout)
     assert [r[3] for r in rows[1:] if r[2] == "0"] == ["10"], "a dry run changes nothing"
     shifted = brokkr("consumer-groups", *server, *reset, "--shift-by", "-100")
     assert table(shifted.stdout)[1][-1] == "0", "clamped to the earliest offset"
     done = brokkr("consumer-groups", *server, *reset, "--to-offset", "7", "--execute")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0 and done.stderr == "", done.stderr
     consumer = consume(broker, "g", 3, close=False)  # resumes at 7 of partition 0: 3 records left
     consumer.close()
     latest = brokkr("consumer-groups", *server, "--reset-offsets", "--group", "g", "--all-topics", "--to-latest")
@@ -118,3 +123,20 @@ def test_reset_offsets_is_a_dry_run_until_executed(broker):
 def test_an_unreachable_broker_is_an_error():
     done = brokkr("consumer-groups", "--bootstrap-server", "127.0.0.1:1", "--list")
     assert done.returncode == 1 and "cannot reach 127.0.0.1:1" in done.stderr
+
+
+def test_piped_into_a_reader_that_has_gone_it_stops_quietly(broker):
+    """As ``brokkr consumer-groups --list | head -1``: head exits once it has its line, and
+    the tool's next write fails with EPIPE. Unix tools stop quietly; the broker was reached."""
+    committer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "listed"})
+    committer.commit(offsets=[TopicPartition("orders", 0, 5)], asynchronous=False)  # a group, Empty
+    committer.close()
+    command = [sys.executable, "-m", "brokkr.core.cli", "--log-level", "WARNING", "consumer-groups"]
+    tool = subprocess.Popen(
+        [*command, "--bootstrap-server", broker.bootstrap_servers, "--list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    tool.stdout.close()  # the reader is gone before the tool writes its first line
+    _, stderr = tool.communicate(timeout=60)
+    assert (tool.returncode, stderr.decode()) == (1, "")

@@ -21,7 +21,7 @@ from brokkr.plugins.groups.coordinator import OFFSETS_TOPIC
 from brokkr.plugins.groups.records import decode_record
 
 HEARTBEAT, DESCRIBE = 68, 69
-OFFSET_COMMIT, FIND_COORDINATOR, LIST, DELETE_GROUPS, API_VERSIONS = 8, 10, 16, 42, 18
+OFFSET_COMMIT, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST, DELETE_GROUPS, API_VERSIONS = 8, 10, 15, 16, 42, 18
 #: Short sessions, so that a silent member expires within a test.
 SHORT = {"group.consumer.session.timeout.ms": 1500, "group.consumer.min.session.timeout.ms": 1000}
 
@@ -103,6 +103,16 @@ def test_members_join_share_the_partitions_and_leave(broker):
         ]
         assert member.target_assignment == member.assignment and member.client_host == "/127.0.0.1"
         assert g.authorized_operations == sum(1 << op for op in (AclOperation.READ, AclOperation.DESCRIBE, 6))
+        (g1,) = c.request(DESCRIBE, 1, req(DESCRIBE, group_ids=["g"])).groups
+        assert [(m.member_id, m.member_type) for m in g1.members] == [(m.member_id, 1) for m in g.members], (
+            "v1 (KIP-1099): consumer members"
+        )
+        (classic,) = c.request(DESCRIBE_GROUPS, 6, req(DESCRIBE_GROUPS, groups=["g"])).groups
+        assert (classic.error_code, classic.error_message, classic.group_state) == (
+            ErrorCode.GROUP_ID_NOT_FOUND,
+            "Group g is not a classic group.",
+            "Dead",
+        ), "DescribeGroups v6 (KIP-1043) describes classic groups only"
         listed = c.request(LIST, 5, req(LIST, types_filter=["consumer"]))
         assert [(x.group_id, x.group_state, x.group_type, x.protocol_type) for x in listed.groups] == [
             ("g", "Stable", "consumer", "consumer")
@@ -259,6 +269,6 @@ def test_the_apis_are_advertised_unless_the_protocol_is_turned_off(brokkr_broker
         return {k.api_key: (k.min_version, k.max_version) for k in keys.api_keys}
 
     served = versions(brokkr_broker_factory())
-    assert (served[HEARTBEAT], served[DESCRIBE]) == ((0, 1), (0, 0))
+    assert (served[HEARTBEAT], served[DESCRIBE]) == ((0, 1), (0, 1))
     classic_only = versions(brokkr_broker_factory({"group.coordinator.rebalance.protocols": "classic"}))
     assert HEARTBEAT not in classic_only and DESCRIBE not in classic_only

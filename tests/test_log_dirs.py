@@ -1,11 +1,13 @@
 """A broker's log dirs as Kafka keeps them: locked while a process uses them (``.lock``),
 ``meta.properties`` of either version (a ZooKeeper-era broker's version 0 too), empty
-checkpoint files read as empty, and retention that empties a partition whose only
-segment is too old (adopted from Kafka or not)."""
+checkpoint files read as empty, retention that empties a partition whose only segment is
+too old (adopted from Kafka or not), and replicas moved between log dirs
+(AlterReplicaLogDirs) under appends, given up, or interrupted by a crash."""
 
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,12 +18,14 @@ import pytest
 from brokkr.core.cli import main
 from brokkr.core.errors import ConfigError
 from brokkr.core.protocol.records import build_batch
+from brokkr.core.testing import RawClient
 from brokkr.plugins.storage.segment import files
 
 from tests.integration.conftest import ck_consume, ck_flush, ck_producer
 from tests.serve import Served
 from tests.test_adoption import KSQL, OLD, kafka_log_dir, metadata_record, segment_files
 from tests.waiting import wait_for
+from tests.wire import PRODUCE, batch, produce_body
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource  # noqa: E402
@@ -88,7 +92,7 @@ def test_an_embedded_broker_holds_its_log_dir_until_it_stops(tmp_path, brokkr_br
     assert capsys.readouterr().err.strip() == f"brokkr: {LOCKED.format(data)}"
     assert not files.state_file(data, "scram-credentials").exists()
     broker.stop()
-    assert main(["scram", "add", "ann", "--password", "secret", "--override", f"log.dirs={data}"]) == 0
+    assert main(["scram", "list", "--override", f"log.dirs={data}"]) == 0
     brokkr_broker_factory({"log.dirs": str(data)}).stop()  # and again, in one process
     brokkr_broker_factory({"log.dirs": str(data)})
 
@@ -221,3 +225,150 @@ def test_an_adopted_partition_whose_only_segment_is_too_old_is_emptied(tmp_path,
     [record] = ck_consume(broker.bootstrap_servers, topic, 1, partition=partition)
     assert (record.offset, record.value) == (end, b"after retention")
     assert plog.log_start_offset == end, "the new record is not too old"
+
+
+# -- moving a replica between log dirs (AlterReplicaLogDirs) ------------------------------------
+
+
+def test_a_replica_moves_to_the_other_log_dir_under_appends_and_is_read_back_after_a_restart(
+    tmp_path, brokkr_broker_factory, monkeypatch
+):
+    """kafka-python's alter_replica_log_dirs moves a partition's replica to the other of two
+    log dirs while a producer goes on appending: it answers at once; the copy catches up a
+    batch a turn of the loop (made small here), appends included; DescribeLogDirs shows the
+    replica being filled as a future one; the swap waits while the cleaner works on the
+    log, then loses no record; after a restart the data is read from the new dir, an
+    aborted transaction still aborted. Kafka's errors for a dir or partition it lacks."""
+    from brokkr.core import partition as partition_module
+    from kafka import TopicPartitionReplica
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import LogDirNotFoundError, NoError, UnknownTopicOrPartitionError
+
+    monkeypatch.setattr(partition_module, "MOVE_STEP_BYTES", 1)  # one batch a step
+    a, b = tmp_path / "a", tmp_path / "b"
+    config = {"log.dirs": f"{a},{b}", "transaction.state.log.replication.factor": 1}
+    broker = brokkr_broker_factory(config)
+    broker.call(broker.broker.create_topic, "moving", 1)
+    with RawClient(broker.bootstrap_servers) as c:
+        for i in range(1000):
+            c.request(PRODUCE, 9, produce_body("moving", batch(1, value=b"%d" % i)))
+    txn = ck_producer(broker.bootstrap_servers, **{"transactional.id": "mover"})
+    txn.init_transactions(10)
+    txn.begin_transaction()
+    txn.produce("moving", b"aborted")
+    ck_flush(txn)  # in the log, then aborted
+    txn.abort_transaction(10)
+    partition = broker.partition("moving", 0)
+    source = partition.log.dir.parent
+    target = b if source == a else a
+
+    n = 1300
+    producer = ck_producer(broker.bootstrap_servers)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    node = broker.broker.node_id
+    try:
+        partition.log.cleaning = True  # as while the cleaner works on it: the move copies, but does not swap
+        moving = TopicPartitionReplica("moving", 0, node)
+        assert admin.alter_replica_log_dirs({moving: str(target)}) == {moving: NoError}
+        for i in range(1000, n):  # one at a time, each appended while the log moves
+            producer.produce("moving", b"%d" % i)
+            ck_flush(producer)
+        move = partition.log_move
+        wait_for("the copy", lambda: move.future.log_end_offset == partition.log.log_end_offset)
+        (described,) = admin.describe_log_dirs()
+        where = {
+            d["log_dir"]: [p for t in d["topics"] if t["name"] == "moving" for p in t["partitions"]]
+            for d in described["log_dirs"]
+        }
+        assert [(p["is_future_key"], p["offset_lag"]) for p in where[str(source)]] == [(False, 0)]
+        assert [(p["is_future_key"], p["offset_lag"]) for p in where[str(target)]] == [(True, 0)]
+        assert partition.log_move is move, "the swap waits for the cleaner"
+        partition.log.cleaning = False
+        wait_for("the move", lambda: partition.log_move is None)
+        assert partition.log.dir == target / "moving-0" and not (source / "moving-0").exists()
+        assert admin.alter_replica_log_dirs({moving: str(target)}) == {moving: NoError}, "already there"
+        elsewhere, unknown = str(tmp_path / "c"), TopicPartitionReplica("nope", 0, node)
+        assert admin.alter_replica_log_dirs({moving: elsewhere, unknown: str(target)}) == {
+            moving: LogDirNotFoundError,
+            unknown: UnknownTopicOrPartitionError,
+        }
+    finally:
+        admin.close()
+
+    broker.stop()
+    broker = brokkr_broker_factory(config)
+    assert broker.partition("moving", 0).log.dir == target / "moving-0"
+    records = ck_consume(broker.bootstrap_servers, "moving", n, **{"isolation.level": "read_committed"})
+    assert [r.value for r in records] == [b"%d" % i for i in range(n)], "every record, in order, none aborted"
+
+
+def test_a_move_given_up_leaves_the_log_where_it_was(tmp_path, brokkr_broker_factory):
+    """A replica asked back to its own log dir while it moves, or a broker stopping in the
+    middle of a move, gives the move up: its future log goes, the log stays and serves."""
+    from kafka import TopicPartitionReplica
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import NoError
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    config = {"log.dirs": f"{a},{b}"}
+    broker = brokkr_broker_factory(config)
+    broker.call(broker.broker.create_topic, "t", 1)
+    with RawClient(broker.bootstrap_servers) as c:
+        for i in range(10):
+            c.request(PRODUCE, 9, produce_body("t", batch(1, value=b"%d" % i)))
+    partition = broker.partition("t", 0)
+    source = partition.log.dir.parent
+    target = b if source == a else a
+
+    def futures() -> list[str]:
+        return [p.name for p in target.iterdir() if p.name.endswith("-future")]
+
+    partition.log.cleaning = True  # holds the swap back
+    replica = TopicPartitionReplica("t", 0, broker.broker.node_id)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        assert admin.alter_replica_log_dirs({replica: str(target)}) == {replica: NoError}
+        wait_for("the future log", futures)
+        assert admin.alter_replica_log_dirs({replica: str(source)}) == {replica: NoError}
+        assert partition.log_move is None
+        wait_for("the future log's removal", lambda: not futures())
+        assert admin.alter_replica_log_dirs({replica: str(target)}) == {replica: NoError}
+        wait_for("the future log", futures)
+    finally:
+        admin.close()
+    broker.stop()
+    assert not futures(), "a stop gives the move up"
+
+    broker = brokkr_broker_factory(config)
+    assert broker.partition("t", 0).log.dir == source / "t-0"
+    assert [r.value for r in ck_consume(broker.bootstrap_servers, "t", 10)] == [b"%d" % i for i in range(10)]
+
+
+@pytest.mark.parametrize("crashed_in", ["copy", "swap"])
+def test_a_move_a_crash_interrupted_is_dropped_or_completed_at_the_next_start(
+    tmp_path, brokkr_broker_factory, crashed_in
+):
+    """A move writes the new log in ``<topic>-<partition>.<id>-future`` and swaps by renaming
+    the old directory aside (``-delete``) first. A crash during the copy leaves both: the
+    next start drops the future one. A crash during the swap leaves only the complete
+    future one: the next start renames it into place, and nothing is lost."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    config = {"log.dirs": f"{a},{b}"}
+    broker = brokkr_broker_factory(config)
+    broker.call(broker.broker.create_topic, "t", 1)
+    with RawClient(broker.bootstrap_servers) as c:
+        for i in range(10):
+            c.request(PRODUCE, 9, produce_body("t", batch(1, value=b"%d" % i)))
+    source = broker.partition("t", 0).log.dir
+    broker.stop()
+    target = b if source.parent == a else a
+    shutil.copytree(source, target / files.future_dir_name("t", 0))
+    if crashed_in == "swap":
+        source.rename(source.with_name(files.delete_dir_name("t", 0)))
+
+    broker = brokkr_broker_factory(config)
+    kept = source.parent if crashed_in == "copy" else target
+    assert broker.partition("t", 0).log.dir == kept / "t-0"
+    assert sorted(p.name for d in (a, b) for p in d.iterdir() if p.is_dir()) == ["t-0"], "no move left over"
+    records = ck_consume(broker.bootstrap_servers, "t", 10)
+    assert [r.value for r in records] == [b"%d" % i for i in range(10)]

@@ -4,6 +4,8 @@ registered on the request path."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -98,3 +100,21 @@ def test_metrics_without_prometheus_client_say_which_extra_to_install(brokkr_bro
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     with pytest.raises(ConfigError, match=r"pip install 'brokkr\[metrics\]'"):
         brokkr_broker_factory({"brokkr.metrics.port": "0"})
+
+
+def test_a_metrics_port_in_use_stops_the_start_before_listening_and_names_the_address(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "brokkr.core.cli", "serve", "--override", "listeners=PLAINTEXT://127.0.0.1:0"]
+            + ["--override", f"brokkr.metrics.port={port}"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2, done.stderr
+    assert f"brokkr: brokkr.metrics.port: cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+    assert "listening on" not in done.stderr, "no broker said it listened"

@@ -420,3 +420,43 @@ def test_opening_the_storage_without_its_logs_keeps_checkpoints_and_pending_reco
     harness.open()
     harness.close()
     assert not (d / ".kafka_cleanshutdown").exists(), "its partitions were never recovered"
+
+
+def test_a_moving_log_truncated_meanwhile_swaps_in_what_it_holds_then(tmp_path):
+    """A log moving to another log dir (AlterReplicaLogDirs) may be truncated meanwhile (a
+    follower's, when its leader changes): what the move copied past the truncation goes
+    too, so the log swapped in holds what the old one held at the swap, and nothing else."""
+    from brokkr.core.broker import Broker
+    from brokkr.core.log import StoredTopic
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    broker = Broker({"log.dirs": f"{a},{b}"})
+    storage = broker.open_storage()
+    try:
+        topic = StoredTopic("t", uuid.uuid4(), 1)
+        storage.save_topics([topic])
+        plog = storage.open_log(topic, 0, broker.config.topic_config({}))
+        for i in range(10):
+            append(plog, keyed=[(b"k", b"old-%d" % i)])
+        source = plog.dir.parent
+        target = b if source == a else a
+        move = storage.move_log(plog, target)
+        while move.copy(MIB):
+            pass
+        assert move.caught_up()
+        plog.truncate_to(5)
+        for i in range(3):
+            append(plog, keyed=[(b"k", b"new-%d" % i)])
+        assert not move.caught_up()
+        while move.copy(MIB):
+            pass
+        moved = move.complete()
+        storage.flusher.submit(lambda: None).result(timeout=10)  # the old directory's removal
+        assert moved.dir == target / "t-0" and sorted(p.name for p in target.iterdir() if p.is_dir()) == ["t-0"]
+        assert not any(p.is_dir() for p in source.iterdir()), "the old log is gone"
+        assert files.read_partition_metadata(moved.dir / files.PARTITION_METADATA) == topic.topic_id
+        values = [r.value for r in read_all_records(moved.read(0, MIB, moved.log_end_offset, True))]
+        assert values == [b"old-%d" % i for i in range(5)] + [b"new-%d" % i for i in range(3)]
+        assert storage.logs[target][("t", 0)] is moved and ("t", 0) not in storage.logs[source]
+    finally:
+        storage.close()

@@ -9,9 +9,10 @@ import sys
 import pytest
 
 
-def brokkr(*args: str) -> subprocess.CompletedProcess:
+def brokkr(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "brokkr.core.cli", "--log-level", "WARNING", *args],
+        input=input,
         capture_output=True,
         text=True,
         timeout=60,

@@ -40,6 +40,9 @@ _MODULES = (
     "list_partition_reassignments",
     "write_txn_markers",
     "describe_producers",
+    "describe_quorum",
+    "alter_replica_log_dirs",
+    "list_config_resources",
 )
 
 

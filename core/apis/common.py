@@ -83,6 +83,16 @@ def partition_of(topic: Topic | None, index: int) -> tuple[Partition | None, Err
     return partition, _NONE
 
 
+def replica_of(topic: Topic | None, index: int) -> tuple[Partition | None, ErrorCode]:
+    """The partition this broker holds a replica of, leader or follower (a consumer may fetch
+    from its closest replica, KIP-392), or the error Kafka answers: UNKNOWN_TOPIC_OR_PARTITION
+    for no such partition, NOT_LEADER_OR_FOLLOWER when this broker holds no replica of it."""
+    if topic is None or not 0 <= index < len(topic.partitions):
+        return None, _UNKNOWN_TOPIC_OR_PARTITION
+    partition = topic.partitions[index]
+    return (partition, _NONE) if partition is not None else (None, _NOT_LEADER_OR_FOLLOWER)
+
+
 def leader_epoch_error(partition: Partition, current_leader_epoch: int) -> ErrorCode:
     """Kafka's check of a client's view of the leader epoch (-1: not checked)."""
     if current_leader_epoch < 0 or current_leader_epoch == partition.leader_epoch:

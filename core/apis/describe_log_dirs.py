@@ -1,16 +1,18 @@
-"""DescribeLogDirs (key 35), versions 1-5: each log directory, the partitions in it and
+"""DescribeLogDirs (key 35), versions 1-4 (Kafka 4.1's): each log directory, the partitions in it and
 their sizes, and (v4+) the directory's total and usable bytes. Needs DESCRIBE on the
 cluster (v3+ answers CLUSTER_AUTHORIZATION_FAILED; older versions an empty list, as
 Kafka does). A partition's directory is where its segment files are; a storage without
-files (``brokkr.storage=memory``) has no log directories to describe."""
+files (``brokkr.storage=memory``) has no log directories to describe. A replica moving to
+another directory (AlterReplicaLogDirs) is also listed there as a future replica, with how
+far it is behind (``offset_lag``), as Kafka lists its future logs."""
 
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..errors import ErrorCode
+from ..log import log_dir_of
 from ..protocol.frames import response_spec
 from . import Api
 
@@ -40,14 +42,18 @@ async def handle(broker, ctx, request):
     dirs = broker.storage.dirs if broker.storage_capabilities.log_dirs else ()
     by_dir: dict[str, dict[str, list]] = {str(d): {} for d in dirs}
     for p in _wanted(broker, request):
-        segments = p.log.segments()
-        if not segments or segments[0].path is None:
-            continue
-        log_dir = str(Path(segments[0].path).parent.parent)
-        size = sum(s.size for s in segments)
-        by_dir.setdefault(log_dir, {}).setdefault(p.topic.name, []).append(
-            DescribeLogDirsPartition(partition_index=p.index, partition_size=size, offset_lag=0, is_future_key=False)
-        )
+        logs = [(p.log, False)] + ([(p.log_move.future, True)] if p.log_move is not None else [])
+        for plog, future in logs:
+            log_dir = log_dir_of(plog)
+            if log_dir is None:
+                continue
+            described = DescribeLogDirsPartition(
+                partition_index=p.index,
+                partition_size=sum(s.size for s in plog.segments()),
+                offset_lag=max(p.log.log_end_offset - plog.log_end_offset, 0),
+                is_future_key=future,
+            )
+            by_dir.setdefault(str(log_dir), {}).setdefault(p.topic.name, []).append(described)
     results = []
     for log_dir, topics in sorted(by_dir.items()):
         result = DescribeLogDirsResult(
@@ -68,4 +74,4 @@ def error_response(request, code):
     return DescribeLogDirsResponse(error_code=code, results=[])
 
 
-API = Api(KEY, 1, 5, handle, error_response)
+API = Api(KEY, 1, 4, handle, error_response)

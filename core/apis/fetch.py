@@ -23,6 +23,16 @@ answers KAFKA_STORAGE_ERROR for that partition alone. The other partitions get t
 
 Fetch sessions (KIP-227) are not kept: every response has session id 0, which tells
 clients to send full fetch requests, as Kafka does when its session cache is full.
+
+Fetching from the closest replica (KIP-392): from v11 a consumer names its rack
+(``rack_id``, the client's ``client.rack``) and may fetch from a follower, which serves it
+up to its own high watermark (read_committed: its last stable offset), as a leader does;
+before v11 only the leader serves consumers (NOT_LEADER_OR_FOLLOWER). With
+``replica.selector.class`` set, the leader answers a consumer in another rack, where an
+in-sync follower holds the offset, with that follower as ``preferred_read_replica`` and no
+records, at once (``ReplicaManager.preferred_read_replica``, Kafka's
+RackAwareReplicaSelector); the consumer then fetches from it. ListOffsets and
+OffsetForLeaderEpoch stay with the leader, as in Kafka.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ from ..protocol.frames import response_spec
 from ..protocol.records import next_offset_after
 from ..replication import diverging_epoch
 from . import Api
-from .common import leader_epoch_error, partition_of, resolve_topic
+from .common import leader_epoch_error, partition_of, replica_of, resolve_topic
 
 log = logging.getLogger("brokkr")
 
@@ -46,6 +56,7 @@ KEY = 1
 TOPIC_IDS_VERSION = 13
 STORAGE_ERROR_VERSION = 6  # KAFKA_STORAGE_ERROR from v6 (FetchResponse.json); before, NOT_LEADER_OR_FOLLOWER
 REPLICA_STATE_VERSION = 15
+CLIENT_METADATA_VERSION = 11  # rack_id and preferred_read_replica (KIP-392)
 _R = response_spec(KEY)
 FetchResponse = _R.cls
 FetchableTopicResponse = _R.struct("FetchableTopicResponse")
@@ -178,8 +189,13 @@ async def handle(broker, ctx, request):
     else:
         allowed = broker.authorize_topics(ctx, AclOperation.READ, names)
 
+    follower = replica >= 0
+    # KIP-392: a consumer naming its rack may fetch from a follower; a leader may send it to one.
+    any_replica = not follower and ctx.api_version >= CLIENT_METADATA_VERSION
+    client_rack = request.rack_id if any_replica and broker.replicas is not None else ""
     plan = []  # (request topic, topic, [(request partition, partition, error)])
     divergent: dict[int, EpochEndOffset] = {}  # a follower's log parts from ours (by id of its FetchPartition)
+    redirected: dict[int, PartitionData] = {}  # sent to their preferred read replica (by id of its FetchPartition)
     has_error = False
     for t, topic, code in resolved:
         name = topic.name if topic else t.topic
@@ -190,7 +206,7 @@ async def handle(broker, ctx, request):
             if not allowed.get(name, True):
                 err = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif not err:
-                partition, err = partition_of(topic, fp.partition)
+                partition, err = (replica_of if any_replica else partition_of)(topic, fp.partition)
                 if partition is not None:
                     err = leader_epoch_error(partition, fp.current_leader_epoch)
                 if not err and replica >= 0:
@@ -198,21 +214,26 @@ async def handle(broker, ctx, request):
                     if diverging is not None:
                         divergent[id(fp)] = EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
                     else:
-                        broker.replicas.follower_fetched(partition, replica, fp.fetch_offset)
+                        broker.replicas.follower_fetched(partition, replica, fp.fetch_offset, fp.log_start_offset)
+                elif not err and client_rack and partition.is_leader:
+                    preferred = broker.replicas.preferred_read_replica(partition, client_rack, fp.fetch_offset)
+                    if preferred is not None:
+                        redirected[id(fp)] = _redirect(partition, fp.partition, preferred)
             has_error = has_error or bool(err)
             items.append((fp, partition, err))
         plan.append((t, topic, items))
 
-    follower = replica >= 0
-    if divergent:  # such a follower gets where to truncate to, and no records
-        plan = [(t, topic, [(fp, p, e) for fp, p, e in items if id(fp) not in divergent]) for t, topic, items in plan]
+    answered = divergent.keys() | redirected.keys()  # without records, at once
+    if answered:  # a follower told where to truncate to, a consumer where to fetch
+        plan = [(t, topic, [(fp, p, e) for fp, p, e in items if id(fp) not in answered]) for t, topic, items in plan]
     committed = not follower and request.isolation_level == READ_COMMITTED
     max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
     responses, total = _read_all(broker, plan, max_bytes, follower, committed, ctx.api_version)
     watched = {p for _, _, items in plan for _, p, err in items if p is not None and not err}
-    # A follower told to truncate is answered at once (as Kafka's fetch completes
-    # immediately on a diverging epoch), not after waiting for its other partitions' bytes.
-    if total < request.min_bytes and request.max_wait_ms > 0 and watched and not has_error and not divergent:
+    # A follower told to truncate, or a consumer sent to another replica, is answered at
+    # once (as Kafka's fetch completes immediately on a diverging epoch or a preferred read
+    # replica), not after waiting for its other partitions' bytes.
+    if total < request.min_bytes and request.max_wait_ms > 0 and watched and not has_error and not answered:
         # A consumer's new bytes count once the high watermark (read_committed: the last
         # stable offset, which only moves when the high watermark or a marker does) passes
         # some of them.
@@ -233,26 +254,51 @@ async def handle(broker, ctx, request):
         responses, total = _read_all(broker, plan, max_bytes, follower, committed, ctx.api_version)
     if divergent:
         _add_divergent(request, responses, divergent, broker)
+    if redirected:
+        _add_answered(request, responses, redirected)
     ctx.usage["fetch"] = total
     return FetchResponse(error_code=ErrorCode.NONE, session_id=0, responses=responses)
 
 
 def _add_divergent(request, responses, divergent: dict, broker) -> None:
-    by_topic = {(r.topic, r.topic_id): r for r in responses}
+    answers = {}
     for t in request.topics:
         for fp in t.partitions:
             if id(fp) in divergent:
                 partition = broker.partition(t.topic, fp.partition) if t.topic else None
-                by_topic[(t.topic, t.topic_id)].partitions.append(
-                    PartitionData(
-                        partition_index=fp.partition,
-                        error_code=ErrorCode.NONE,
-                        high_watermark=partition.high_watermark if partition else -1,
-                        log_start_offset=partition.log.log_start_offset if partition else -1,
-                        diverging_epoch=divergent[id(fp)],
-                        records=b"",
-                    )
+                answers[id(fp)] = PartitionData(
+                    partition_index=fp.partition,
+                    error_code=ErrorCode.NONE,
+                    high_watermark=partition.high_watermark if partition else -1,
+                    log_start_offset=partition.log.log_start_offset if partition else -1,
+                    diverging_epoch=divergent[id(fp)],
+                    records=b"",
                 )
+    _add_answered(request, responses, answers)
+
+
+def _add_answered(request, responses, answers: dict[int, PartitionData]) -> None:
+    """Add the answers given without reading (by id of the request's FetchPartition) to
+    their topics' responses."""
+    by_topic = {(r.topic, r.topic_id): r for r in responses}
+    for t in request.topics:
+        for fp in t.partitions:
+            if id(fp) in answers:
+                by_topic[(t.topic, t.topic_id)].partitions.append(answers[id(fp)])
+
+
+def _redirect(partition, index: int, preferred: int) -> PartitionData:
+    """A consumer sent to its preferred read replica: the offsets as a read answers them,
+    no records (Kafka's leader skips the read)."""
+    return PartitionData(
+        partition_index=index,
+        error_code=ErrorCode.NONE,
+        high_watermark=partition.high_watermark,
+        last_stable_offset=partition.last_stable_offset,
+        log_start_offset=partition.log.log_start_offset,
+        preferred_read_replica=preferred,
+        records=b"",
+    )
 
 
 def _replica_id(request, version: int) -> int:

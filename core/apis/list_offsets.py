@@ -1,8 +1,10 @@
-"""ListOffsets (key 2), versions 1-11: offsets by timestamp, and the special specs
--2 earliest, -1 latest, -3 max timestamp, -4 earliest local, -5 latest tiered,
--6 earliest pending upload (Kafka's UnifiedLog.fetchOffsetByTimestamp). With
-isolation_level 1 (read_committed, v2+) everything is bounded by the last stable offset
-instead of the high watermark, as in Kafka's ``ReplicaManager.fetchOffsetForTimestamp``."""
+"""ListOffsets (key 2), versions 1-10 (Kafka 4.1's): offsets by timestamp, and the special
+specs -2 earliest, -1 latest, -3 max timestamp (v7+), -4 earliest local (v8+), -5 latest
+tiered (v9+) (Kafka's UnifiedLog.fetchOffsetByTimestamp); another negative spec, or one
+older than its version, is answered UNSUPPORTED_VERSION, as Kafka's
+``isListOffsetsTimestampUnsupported``. With isolation_level 1 (read_committed, v2+)
+everything is bounded by the last stable offset instead of the high watermark, as in
+Kafka's ``ReplicaManager.fetchOffsetForTimestamp``."""
 
 from __future__ import annotations
 
@@ -13,7 +15,10 @@ from . import Api
 from .common import leader_epoch_error, partition_of
 
 KEY = 2
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+#: The first version that knows each special spec (Kafka's timestampMinSupportedVersion).
+SPEC_VERSIONS = {EARLIEST: 1, LATEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+NEVER = 1 << 15  # the version of any other negative spec: none
 READ_COMMITTED = 1
 _R = response_spec(KEY)
 ListOffsetsResponse = _R.cls
@@ -30,7 +35,7 @@ def _lookup(partition, spec: int, read_committed: bool) -> tuple[int, int]:
         return plog.log_start_offset, -1
     if spec == LATEST:
         return hw, -1
-    if spec in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+    if spec == LATEST_TIERED:
         return -1, -1  # no tiered storage
     found = plog.max_timestamp() if spec == MAX_TIMESTAMP else plog.offset_for_timestamp(spec)
     if found is None or found.offset >= hw:
@@ -52,8 +57,8 @@ async def handle(broker, ctx, request):
                 res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif partition is None:
                 res.error_code = missing
-            elif p.timestamp < EARLIEST_PENDING_UPLOAD:
-                res.error_code = ErrorCode.INVALID_REQUEST
+            elif p.timestamp < 0 and ctx.api_version < SPEC_VERSIONS.get(p.timestamp, NEVER):
+                res.error_code = ErrorCode.UNSUPPORTED_VERSION
             elif code := leader_epoch_error(partition, p.current_leader_epoch):
                 res.error_code = code
             else:
@@ -79,4 +84,4 @@ def error_response(request, code):
     )
 
 
-API = Api(KEY, 1, 11, handle, error_response)
+API = Api(KEY, 1, 10, handle, error_response)

@@ -3,7 +3,8 @@ ReplicaManager.appendRecords, stage by stage (see brokkr.core.hookspecs).
 
 acks=0 gets no response; if any partition failed, the connection is closed instead so
 the producer notices. acks=-1 waits in the purgatory until ``brokkr_produce_complete``
-agrees for every partition or ``timeout_ms`` passes (REQUEST_TIMED_OUT).
+agrees for every partition or ``timeout_ms`` passes (REQUEST_TIMED_OUT); a partition whose
+topic is deleted meanwhile stops waiting at once and answers UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -217,6 +218,7 @@ async def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProdu
         if info.flushed is not None:  # flush.messages reached: answered once the fsync (off the loop) is done
             await asyncio.wrap_future(info.flushed)
     except RecordsError as exc:
+        broker.refusals.refused(partition.name, ctx, exc.code, str(exc))
         res = _result(partition.index, exc.code, str(exc))
         res.record_errors = [
             BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors
@@ -243,7 +245,9 @@ async def _await_replication(broker, timeout_ms, waiting) -> None:
         required[partition] = max(offset, required.get(partition, offset))
     incomplete = await broker.wait_acknowledged(required, timeout_ms)
     for partition, _, res in waiting:
-        if not partition.is_leader:  # leadership moved while waiting: the write may be truncated
+        if partition.deleted:  # its topic was deleted while waiting (Kafka's getPartitionOrError)
+            res.error_code, res.error_message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+        elif not partition.is_leader:  # leadership moved while waiting: the write may be truncated
             res.error_code, res.error_message = ErrorCode.NOT_LEADER_OR_FOLLOWER, None
         elif partition in incomplete:
             res.error_code = ErrorCode.REQUEST_TIMED_OUT

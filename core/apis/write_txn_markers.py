@@ -1,6 +1,7 @@
-"""WriteTxnMarkers (key 27), versions 1-2: a transaction coordinator on another broker asks
-this one, the leader of some of a transaction's partitions, to write its COMMIT or ABORT
-marker there (Kafka's ``KafkaApis.handleWriteTxnMarkersRequest``).
+"""WriteTxnMarkers (key 27), version 1 (Kafka 4.1's; v2, KIP-1228, came with 4.2): a
+transaction coordinator on another broker asks this one, the leader of some of a
+transaction's partitions, to write its COMMIT or ABORT marker there (Kafka's
+``KafkaApis.handleWriteTxnMarkersRequest``).
 
 Inter-broker only: CLUSTER_ACTION on the cluster, else every partition answers
 CLUSTER_AUTHORIZATION_FAILED. Each marker is :func:`brokkr.core.txn_markers.write_txn_markers`
@@ -69,4 +70,4 @@ def error_response(request, code):
     return _response(request, lambda i, topic, p: code)
 
 
-API = Api(KEY, 1, 2, handle, error_response)
+API = Api(KEY, 1, 1, handle, error_response)

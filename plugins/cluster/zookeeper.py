@@ -116,12 +116,12 @@ class ZooKeeperMembership:
         from kazoo.client import KazooClient
 
         self.connect = connect
-        self.session_timeout = config["zookeeper.session.timeout.ms"] / 1000
+        self.session_timeout_s: float = config["zookeeper.session.timeout.ms"] / 1000
         self.connect_timeout_ms: int = (
             config["zookeeper.connection.timeout.ms"] or config["zookeeper.session.timeout.ms"]
         )
         self._kazoo_log = _FirstConnectionLog()
-        self.zk = KazooClient(hosts=connect, timeout=self.session_timeout, logger=self._kazoo_log)
+        self.zk = KazooClient(hosts=connect, timeout=self.session_timeout_s, logger=self._kazoo_log)
         self.max_in_flight: int = config["zookeeper.max.in.flight.requests"]
         self.controller_id: int | None = None
         self.controller_epoch = 0

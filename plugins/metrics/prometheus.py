@@ -66,15 +66,18 @@ PLUGIN_NAME = "brokkr.plugins.metrics.prometheus:metrics"
 @hookimpl
 def brokkr_broker_starting(broker: Broker) -> None:
     """With ``brokkr.metrics.port`` set, the broker gets its own metrics, registered as a
-    plugin of that broker (before it listens, so nothing it answers goes uncounted);
-    without, nothing is registered."""
+    plugin of that broker, its port taken (before the broker listens: so nothing it answers
+    goes uncounted, and a port in use stops the start before any "listening"); without,
+    nothing is registered."""
     if broker.config["brokkr.metrics.port"] is None:
         return
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
         raise ConfigError("brokkr.metrics.port needs prometheus-client: pip install 'brokkr[metrics]'") from None
-    broker.pm.register(BrokerMetrics(broker), name=PLUGIN_NAME)
+    metrics = BrokerMetrics(broker)
+    metrics.bind()
+    broker.pm.register(metrics, name=PLUGIN_NAME)
 
 
 class BrokerMetrics:
@@ -106,16 +109,26 @@ class BrokerMetrics:
             for collector in collectors or ():
                 r.register(collector)
         self._server: http.server.ThreadingHTTPServer | None = None
+        self._serving: threading.Thread | None = None  # the endpoint's thread, once the broker has started
+
+    def bind(self) -> None:
+        """Take the endpoint's port (not answering yet); ConfigError naming the address if it cannot."""
+        host, port = self.broker.config["brokkr.metrics.host"], self.broker.config["brokkr.metrics.port"]
+        server = http.server.ThreadingHTTPServer((host, port), _handler(self), bind_and_activate=False)
+        try:
+            server.server_bind()
+        except OSError as exc:
+            server.server_close()
+            raise ConfigError(f"brokkr.metrics.port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        self._server, self.port = server, server.server_address[1]
 
     def start(self) -> None:
-        config = self.broker.config
-        self._server = http.server.ThreadingHTTPServer(
-            (config["brokkr.metrics.host"], config["brokkr.metrics.port"]), _handler(self)
-        )
-        self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, name="brokkr-metrics", daemon=True).start()
+        assert self._server is not None
+        self._server.server_activate()
+        self._serving = threading.Thread(target=self._server.serve_forever, name="brokkr-metrics", daemon=True)
+        self._serving.start()
         self._time_hook_calls()
-        log.info("metrics on http://%s:%d/metrics", config["brokkr.metrics.host"], self.port)
+        log.info("metrics on http://%s:%d/metrics", self.broker.config["brokkr.metrics.host"], self.port)
 
     def _time_hook_calls(self) -> None:
         """Count and time every call of every plugin's hook implementations (those
@@ -183,7 +196,8 @@ class BrokerMetrics:
     @hookimpl
     def brokkr_broker_stopping(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
+            if self._serving is not None:  # shutdown() waits for serve_forever, which must have started
+                self._server.shutdown()
             self._server.server_close()
 
 

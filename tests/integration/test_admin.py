@@ -1,6 +1,7 @@
 """Admin APIs through real AdminClients: altering topic settings and adding partitions take
-effect at once and survive a restart; DescribeCluster, DescribeLogDirs and
-DescribeTopicPartitions answer as Kafka does; their error paths on raw sockets."""
+effect at once and survive a restart; DescribeCluster, DescribeLogDirs,
+DescribeTopicPartitions, DescribeGroups v6, DescribeQuorum and ListConfigResources answer as
+Kafka does; their error paths on raw sockets."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ kafka = pytest.importorskip("kafka")
 from kafka.admin import KafkaAdminClient  # noqa: E402
 
 INCREMENTAL_ALTER_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, DESCRIBE_TOPIC_PARTITIONS = 44, 33, 37, 75
+DESCRIBE_QUORUM, LIST_CONFIG_RESOURCES = 55, 74
 
 
 def incremental(admin, topic: str, *entries: ConfigEntry) -> None:
@@ -276,3 +278,83 @@ def test_dynamic_broker_defaults_reach_every_topic_at_once_and_persist(brokkr_br
     broker.stop()
     broker = brokkr_broker_factory({"log.dirs": str(log_dir), "log.retention.ms": "7200000"})
     assert broker.topics[topic_name].config["retention.ms"] == 3600000, "kept across a restart, over the static value"
+
+
+@pytest.mark.brokkr_config(group_initial_rebalance_delay_ms=0)
+def test_kafka_python_describes_groups_at_v6(brokkr_broker, topic_name):
+    """DescribeGroups v6 (KIP-1043) in its own layout: kafka-python reads a classic group's
+    members, and an unknown group's GROUP_ID_NOT_FOUND with Kafka's message."""
+    import time
+
+    from kafka import KafkaConsumer
+
+    ck_create_topic(brokkr_broker.bootstrap_servers, topic_name)
+    consumer = KafkaConsumer(topic_name, bootstrap_servers=brokkr_broker.bootstrap_servers, group_id="six")
+    admin = KafkaAdminClient(bootstrap_servers=brokkr_broker.bootstrap_servers)
+    try:
+        deadline = time.monotonic() + DEFAULT_TIMEOUT
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=200)
+        described = admin.describe_groups(["six", "nobody"])
+    finally:
+        admin.close()
+        consumer.close()
+    six = described["six"]
+    assert (six["error"], six["group_state"], six["protocol_type"]) == (None, "Stable", "consumer")
+    (member,) = six["members"]
+    assert member["member_metadata"]["topics"] == [topic_name]
+    assert member["member_assignment"]["assigned_partitions"][0]["topic"] == topic_name
+    nobody = described["nobody"]
+    assert nobody["group_state"] == "Dead" and "GroupIdNotFoundError: Group nobody not found." in nobody["error"]
+
+
+def test_describe_quorum_answers_from_the_broker_alone(brokkr_broker):
+    """A lone broker is its own controller: kafka-python's describe_metadata_quorum gets it
+    as leader (epoch 0) and only voter; there is no metadata log, so its offsets are 0."""
+    admin = KafkaAdminClient(bootstrap_servers=brokkr_broker.bootstrap_servers)
+    try:
+        quorum = admin.describe_metadata_quorum()
+    finally:
+        admin.close()
+    (topic,) = quorum["topics"]
+    (p,) = topic["partitions"]
+    node = brokkr_broker.broker.node_id
+    assert (topic["topic_name"], p["partition_index"], p["error"]) == ("__cluster_metadata", 0, None)
+    assert (p["leader_id"], p["leader_epoch"], p["high_watermark"], p["observers"]) == (node, 0, 0, [])
+    assert [(v["replica_id"], v["log_end_offset"]) for v in p["current_voters"]] == [(node, 0)]
+    host, port = brokkr_broker.bootstrap_servers.rsplit(":", 1)
+    assert [(n["node_id"], [(x["host"], x["port"]) for x in n["listeners"]]) for n in quorum["nodes"]] == [
+        (node, [(host, int(port))])
+    ]
+
+    spec = request_spec(DESCRIBE_QUORUM)
+    topic_data, partition_data = spec.struct("TopicData"), spec.struct("PartitionData")
+    with RawClient(brokkr_broker.bootstrap_servers) as c:
+        for name, index in (("__cluster_metadata", 1), ("orders", 0)):
+            body = spec.cls(topics=[topic_data(topic_name=name, partitions=[partition_data(partition_index=index)])])
+            (answered,) = c.request(DESCRIBE_QUORUM, 2, body).topics[0].partitions
+            assert (answered.partition_index, answered.error_code) == (index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+def test_list_config_resources_lists_topics_and_brokers(brokkr_broker, topic_name):
+    """kafka-python's list_config_resources (ListConfigResources v1, KIP-1142) gets every topic
+    and the broker, one type or all; v0 lists client-metrics resources only (brokkr keeps
+    none) and a type Kafka 4.1 does not list answers UNSUPPORTED_VERSION."""
+    ck_create_topic(brokkr_broker.bootstrap_servers, topic_name)
+    admin = KafkaAdminClient(bootstrap_servers=brokkr_broker.bootstrap_servers)
+    try:
+        everything = admin.list_config_resources()
+        topics = admin.list_config_resources(["TOPIC"])
+    finally:
+        admin.close()
+    node = str(brokkr_broker.broker.node_id)
+    assert everything == {"broker": [node], "topic": sorted(brokkr_broker.broker.topics)}
+    assert topic_name in everything["topic"]
+    assert topics == {"topic": everything["topic"]}
+
+    spec = request_spec(LIST_CONFIG_RESOURCES)
+    with RawClient(brokkr_broker.bootstrap_servers) as c:
+        v0 = c.request(LIST_CONFIG_RESOURCES, 0, spec.cls())
+        unknown = c.request(LIST_CONFIG_RESOURCES, 1, spec.cls(resource_types=[2, 64]))
+    assert (v0.error_code, v0.config_resources) == (ErrorCode.NONE, [])
+    assert (unknown.error_code, unknown.config_resources) == (ErrorCode.UNSUPPORTED_VERSION, [])

@@ -209,11 +209,11 @@ def test_admin_client_describes_scram_users(secured, tls):
 def test_scram_users_from_the_admin_client_and_the_cli_survive_a_restart(brokkr_broker_factory, tmp_path, tls):
     data = str(tmp_path / "data")
     config = sasl_config(**{"log.dirs": data})
-    broker = brokkr_broker_factory(config)
+    assert main(["scram", "add", "from-cli", "--password", "cli-made", "--override", f"log.dirs={data}"]) == 0
+    broker = brokkr_broker_factory(config)  # its first start: the CLI's users only before it
     plain_admin = ck_security("SASL_PLAINTEXT", "PLAIN", "admin", "admin-secret", tls)
     add_scram_users(broker.bootstrap_servers, {"SCRAM-SHA-256": ("from-admin", "admin-made")}, plain_admin)
     broker.stop()
-    assert main(["scram", "add", "from-cli", "--password", "cli-made", "--override", f"log.dirs={data}"]) == 0
 
     broker = brokkr_broker_factory(config)
     topic = new_topic(broker, "after-restart")

@@ -4,7 +4,9 @@ reports status; retention waits for sinks."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import ipaddress
 import json
 import os
 import signal
@@ -289,3 +291,58 @@ def test_typed_columns_from_a_value_schema(brokkr_broker_factory, tmp_path, spar
         None,
     ]
     assert json.loads((lake / mirror.COMMITS / "orders-0.json").read_text())["unparsable"] == 2
+
+
+def listening_addresses(pid: int) -> set[str]:
+    """The addresses process ``pid`` and its descendants (the mirror's JVM) listen on, from /proc."""
+    pids, inodes = [pid], set()
+    for p in pids:  # grows as children are found
+        for tasks in Path(f"/proc/{p}").glob("task/*/children"):
+            pids += [int(child) for child in tasks.read_text().split()]
+        for fd in Path(f"/proc/{p}/fd").iterdir():
+            with contextlib.suppress(OSError):  # closed meanwhile
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                raw = bytes.fromhex(fields[1].split(":")[0])
+                address = ipaddress.ip_address(b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)))
+                found.add(str(getattr(address, "ipv4_mapped", None) or address))
+    return found
+
+
+def test_the_mirror_process_listens_on_loopback_only_and_keeps_spark_out_of_the_log(
+    brokkr_broker_factory, tmp_path, capfd
+):
+    """The mirror's Spark driver (a local master) binds 127.0.0.1, not every interface; what
+    it shares with the broker's log (standard error) holds no Spark warnings, start-up lines
+    or progress bars."""
+    logs, lake = tmp_path / "logs", tmp_path / "lake"
+    broker = brokkr_broker_factory(
+        {
+            "log.dirs": str(logs),
+            "num.partitions": "2",
+            "log.segment.bytes": "2048",
+            "brokkr.sink.lake": str(lake),
+            "brokkr.sink.spark.master": "local[1]",
+            "brokkr.sink.poll.ms": "200",
+        }
+    )
+    _produce(broker.bootstrap_servers, "orders", 0, 50, {})
+    commits = mirror.CommitLog(lake / mirror.COMMITS)
+    deadline = time.monotonic() + 60
+    while not commits.all() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert commits.all(), "mirrored"
+    listening = listening_addresses(sink_of(broker.broker).process.pid)
+    broker.stop()
+    logged = capfd.readouterr().err
+    assert listening == {"127.0.0.1"}, logged[-3000:]
+    spark_lines = [line for line in logged.splitlines() if "INFO brokkr" not in line]
+    assert "INFO brokkr.sink.spark: mirror process: Spark " in logged and "driver on 127.0.0.1" in logged
+    assert not [line for line in spark_lines if "WARN" in line and "incubator modules" not in line], spark_lines
+    assert not [line for line in spark_lines if "log4j" in line or "log level" in line or "[Stage" in line]

@@ -1,9 +1,11 @@
-"""ConsumerGroupDescribe (key 69), version 0: a consumer group (KIP-848) as its coordinator
+"""ConsumerGroupDescribe (key 69), versions 0-1: a consumer group (KIP-848) as its coordinator
 holds it: state, group and assignment epochs, the assignor, and each member with its
 subscription, current and target assignment. An unknown group, or one of the classic
 protocol, answers GROUP_ID_NOT_FOUND. Needs DESCRIBE on each group; a group whose members
 name a topic the principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED without its
-members, as Kafka does, so that describing a group reveals no hidden topic."""
+members, as Kafka does, so that describing a group reveals no hidden topic. v1 (KIP-1099)
+tells each member's type: 1, a consumer member; 0, a classic member (one whose record
+carries ClassicMemberMetadata, as a Kafka log may hold; brokkr writes none)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ Assignment = _R.struct("Assignment")
 TopicPartitions = _R.struct("TopicPartitions")
 #: The operations Kafka reports in a group's AuthorizedOperations.
 GROUP_OPERATIONS = (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE)
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1  # MemberType (v1)
 HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
 
 
@@ -63,6 +66,7 @@ def _describe(broker, coordinator, group_id: str) -> DescribedGroup:
             subscribed_topic_regex=m.subscribed_topic_regex,
             assignment=_assignment(broker, m.assigned),
             target_assignment=_assignment(broker, group.target_assignment.get(m.member_id, {})),
+            member_type=CLASSIC_MEMBER if m.classic_metadata is not None else CONSUMER_MEMBER,
         )
         for m in sorted(group.members.values(), key=lambda m: m.member_id)
     ]
@@ -123,4 +127,4 @@ def error_response(request, code):
     return ConsumerGroupDescribeResponse(groups=[_failed(g, code) for g in request.group_ids])
 
 
-API = Api(KEY, 0, 0, handle, error_response)
+API = Api(KEY, 0, 1, handle, error_response)

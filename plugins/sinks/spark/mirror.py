@@ -34,6 +34,7 @@ import re
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -296,14 +297,29 @@ def _maybe_crash() -> None:
         os._exit(75)
 
 
+#: Spark's logging from its JVM's start: errors only, so that its warnings stay out of the
+#: log of the broker whose standard error the mirror process shares.
+LOG4J2_CONF = Path(__file__).with_name("log4j2.properties")
+#: A local master's driver, unless configured: it listens on loopback only (its executors
+#: are in its own JVM; Spark would otherwise bind every interface).
+LOCAL_DRIVER = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+
+
 def spark_session(master: str, app_name: str, conf: Mapping[str, str] | None = None) -> Any:
-    """A SparkSession with the brokkr data source registered; workers run this Python."""
+    """A SparkSession with the brokkr data source registered; workers run this Python.
+    Unless ``conf`` says otherwise, a local master's driver listens on 127.0.0.1 only
+    (another master's executors must reach it: set ``spark.driver.host`` for them), no
+    progress bars are drawn, and Spark logs errors only (``LOG4J2_CONF``)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from brokkr.plugins.sinks.spark import session
 
-    spark = session(master=master, app_name=app_name, conf=dict(conf or {}))
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    settings = {"spark.ui.showConsoleProgress": "false", **(LOCAL_DRIVER if master.startswith("local") else {})}
+    settings.update(conf or {})
+    java_options = settings.get("spark.driver.extraJavaOptions", "")
+    if "log4j2.configurationFile" not in java_options:
+        quiet = f"-Dlog4j2.configurationFile={LOG4J2_CONF.as_uri()}"
+        settings["spark.driver.extraJavaOptions"] = f"{quiet} {java_options}".rstrip()
+    return session(master=master, app_name=app_name, conf=settings)
 
 
 # -- brokkr mirror ----------------------------------------------------------------------
@@ -392,10 +408,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-schema", action="append", default=[], metavar="TOPIC=DDL")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # PySpark's own (e.g. a pandas it has not been tested with): not the broker's log's business
+    warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     conf = {**json.loads(os.environ.get(CONF_ENV) or "{}"), **dict(item.split("=", 1) for item in args.conf)}
     spark = spark_session(args.master, args.app_name, conf)
+    log.info(
+        "mirror process: Spark %s, master %s, driver on %s",
+        spark.version,
+        args.master,
+        spark.conf.get("spark.driver.host"),
+    )
     try:
         schemas = dict(item.split("=", 1) for item in args.value_schema)
         mirror = Mirror(spark, args.lake, args.commit_dir, schemas)

@@ -145,6 +145,21 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return (m["topic"], int(m["partition"])) if m else None
 
 
+_FUTURE_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)\.[0-9a-f]{32}-future$")
+
+
+def future_dir_name(topic: str, partition: int) -> str:
+    """``{topic}-{partition}.{uuid}-future``: where a log being moved to this log dir is
+    written until it replaces the old one (Kafka's ``logFutureDirName``)."""
+    return f"{topic}-{partition}.{uuid.uuid4().hex}-future"
+
+
+def parse_future_dir(name: str) -> tuple[str, int] | None:
+    """``"orders-3.<32 hex>-future"`` -> ``("orders", 3)``; None for anything else."""
+    m = _FUTURE_DIR.fullmatch(name)
+    return (m["topic"], int(m["partition"])) if m else None
+
+
 def delete_dir_name(topic: str, partition: int) -> str:
     """``{topic}-{partition}.{uuid}-delete``, the topic shortened so that the name fits in
     255 bytes, as Kafka's ``LogFileUtils.logDeleteDirName`` does: a topic name may be

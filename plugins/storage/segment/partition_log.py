@@ -98,6 +98,7 @@ class SegmentLog:
         cleaner_offset: int = 0,
     ):
         self.dir = directory
+        self.topic_id = topic_id
         self.config = config
         self._read_config()
         self.codecs = codecs
@@ -119,8 +120,7 @@ class SegmentLog:
         if stored_id is None:  # queued once the leftovers (a .tmp among them) are gone
             # On the flusher, with the other partitions' (see flusher.py): written here, its
             # two fsyncs were most of the time a topic's creation held the event loop.
-            data = files.partition_metadata_bytes(topic_id)
-            flusher.replace_file(metadata, data, lambda: not self.deleted)
+            self._write_metadata()
         self._segments = self._load_segments(recovery_point, log_start_offset, clean)
         self._bases: list[int] | None = None  # the segments' base offsets, kept between reads
         self._segments[-1].make_active()
@@ -139,6 +139,18 @@ class SegmentLog:
         #: The log cleaner's checkpoint: offsets below it have been cleaned.
         self.first_dirty = min(cleaner_offset, self.log_end_offset)
         self.cleaning = False
+        #: The log a move to another log dir fills (:mod:`.move`): truncated with this one,
+        #: deleted with it, and dropped when it closes.
+        self.future: SegmentLog | None = None
+
+    def _write_metadata(self) -> None:
+        """Queue the write of ``partition.metadata`` (dropped if the log is deleted or its
+        directory renamed before it runs)."""
+        directory = self.dir
+        data = files.partition_metadata_bytes(self.topic_id)
+        self._flusher.replace_file(
+            directory / files.PARTITION_METADATA, data, lambda: not self.deleted and self.dir == directory
+        )
 
     @property
     def latest_epoch(self) -> int:
@@ -487,6 +499,8 @@ class SegmentLog:
         self.first_dirty = min(self.first_dirty, offset)
         self._epochs = [(e, s) for e, s in self._epochs if s < offset]
         self._write_epochs()
+        if self.future is not None:  # what it copied past here is no longer this log's
+            self.future.truncate_to(min(offset, self.future.log_end_offset))
 
     # -- aborted transactions (brokkr.core.log.TxnIndex) -----------------------------------
 
@@ -501,6 +515,15 @@ class SegmentLog:
         for seg in self._segments[self._segment_of(fetch_offset) :]:
             if search(seg.txn_index.entries, fetch_offset, upper_bound, out):
                 break
+        return out
+
+    def aborted_txns_marked(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions whose markers lie in [start, end), oldest first."""
+        out = []
+        for seg in self._segments[self._segment_of(start) :]:
+            if seg.base_offset >= end:
+                break
+            out += [t for t in seg.txn_index.entries if start <= t.last_offset < end]
         return out
 
     def truncate_aborted_txns(self, offset: int) -> None:
@@ -566,21 +589,49 @@ class SegmentLog:
             self._snapshot_path(above).unlink(missing_ok=True)
 
     def close(self) -> None:
+        self.drop_future()
         self.flush()
         for seg in self._segments:
             seg.close()
+
+    def drop_future(self) -> None:
+        """Delete the log a move was filling (the move is given up)."""
+        if self.future is not None:
+            self.future.delete()
+            self.future = None
+
+    def rename_dir(self, directory: Path) -> None:
+        """Rename the log's directory to ``directory`` (a move's swap), durably; the files
+        queued for the old names are written again under the new ones."""
+        with self._lock:
+            self._generation += 1  # queued writes under the old names are dropped
+        os.replace(self.dir, directory)
+        files.fsync_path(directory.parent)
+        self.dir = directory
+        self._epochs_path = directory / files.LEADER_EPOCH_CHECKPOINT
+        for seg in self._segments:
+            seg.moved(directory)
+        self._write_epochs()
+        if not (directory / files.PARTITION_METADATA).exists():  # its queued write was for the old name
+            self._write_metadata()
+
+    def take_epochs(self, epochs: list[tuple[int, int]]) -> None:
+        """Replace the leader epochs with ``epochs`` (a move's swap: those of the log it copied)."""
+        self._epochs = list(epochs)
+        self._write_epochs()
 
     def delete(self) -> None:
         """Close, rename the directory aside (``{name}.{id}-delete``, shortened as Kafka
         shortens it), then remove it; a crash in between leaves a directory the next start
         removes."""
+        self.drop_future()
         with self._lock:
             self._generation += 1  # queued snapshot and epoch writes are dropped
             self._pending_snapshots.clear()
             self.deleted = True  # before the rename: a queued partition.metadata is dropped
         for seg in self._segments:
             seg.close()
-        topic, partition = files.parse_partition_dir(self.dir.name)
+        topic, partition = files.parse_partition_dir(self.dir.name) or files.parse_future_dir(self.dir.name)
         doomed = self.dir.with_name(files.delete_dir_name(topic, partition))
         os.replace(self.dir, doomed)
         self._background(shutil.rmtree, doomed)  # after the queued work, which writes no more there

@@ -306,6 +306,12 @@ class LogSegment:
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += size
 
+    def moved(self, directory: Path) -> None:
+        """Its directory was renamed to ``directory``: name its files there (the open
+        descriptor follows the file)."""
+        for holder in (self, self.offset_index, self.time_index, self.txn_index):
+            holder.path = directory / holder.path.name
+
     def truncate_to(self, offset: int) -> None:
         """Drop every batch at or after ``offset`` (a batch boundary) and rebuild the indexes."""
         position = self.translate(offset)

@@ -14,6 +14,11 @@ with no time or size retention (an internal topic: with its own settings), and r
 in the catalog. ``__cluster_metadata`` itself
 is left as it is. New partitions go to the directory holding the fewest.
 
+A log moves to another of the directories through :mod:`.move` (AlterReplicaLogDirs). A
+``-future`` directory found at start is such a move a crash interrupted: dropped while the
+partition's own directory exists, else (the crash came in the middle of the swap, which
+renames the old one aside first) renamed into place.
+
 One thread, the flusher, does this storage's disk waits off the event loop, in the order
 they were asked for: segment fsyncs, producer snapshots, leader-epoch-checkpoints, the
 unlinking of deleted segments and topics (:mod:`.partition_log`), and the checkpoint
@@ -39,6 +44,7 @@ from brokkr.core.partition import CLUSTER_METADATA_TOPIC
 from . import files, kraft
 from .cleaner import LogCleaner
 from .flusher import Flusher
+from .move import LogMove
 from .partition_log import SegmentLog
 
 log = logging.getLogger("brokkr.storage")
@@ -90,13 +96,16 @@ class SegmentStorage:
                 self.locks.append(files.LogDirLock(d))
             metas = {d: _read_meta(d, node_id) for d in self.dirs}
             self.cluster_id = _stored_cluster_id(metas) or cluster_id
+            futures: list[tuple[tuple[str, int], Path]] = []
             for d in self.dirs:
-                self._open_dir(d, node_id, metas[d])
+                futures += self._open_dir(d, node_id, metas[d])
+            self._settle_moves(futures)
         except BaseException:
             self.unlock()
             raise
 
-    def _open_dir(self, d: Path, node_id: int, meta: files.MetaProperties | None) -> None:
+    def _open_dir(self, d: Path, node_id: int, meta: files.MetaProperties | None) -> list:
+        """Check and read ``d``; returns the ``-future`` directories in it (see _settle_moves)."""
         marker = d / files.CLEAN_SHUTDOWN
         self.clean[d] = marker.exists() or meta is None  # a new directory has nothing to recover
         if meta is None:
@@ -113,9 +122,12 @@ class SegmentStorage:
             self.high_watermarks[d] = {}
         # From here on, until close() writes it again, a crash means an unclean start.
         marker.unlink(missing_ok=True)
+        futures = []
         for path in d.iterdir():
             if path.is_dir() and path.name.endswith("-delete"):
                 shutil.rmtree(path)  # a topic deletion interrupted by a crash
+            elif path.is_dir() and (key := files.parse_future_dir(path.name)):
+                futures.append((key, path))
             elif path.is_dir() and (key := files.parse_partition_dir(path.name)):
                 if key[0] == CLUSTER_METADATA_TOPIC:
                     continue  # Kafka's KRaft metadata log: read for adoption, never opened as a topic
@@ -124,6 +136,24 @@ class SegmentStorage:
                 self.found[key] = d
         if not self.clean[d]:
             log.warning("%s was not shut down cleanly; recovering its partitions", d)
+        return futures
+
+    def _settle_moves(self, futures: list[tuple[tuple[str, int], Path]]) -> None:
+        """Moves a crash interrupted (:mod:`.move`): a future log whose partition still has
+        its directory had not caught up, and goes; one whose partition has none was being
+        swapped in, complete, and takes the partition's name (recovered from its start)."""
+        for key, path in futures:
+            if key in self.found:
+                log.warning("dropping %s: a move to another log dir the last stop interrupted", path)
+                shutil.rmtree(path)
+                continue
+            d = path.parent
+            path.rename(d / f"{key[0]}-{key[1]}")
+            files.fsync_path(d)
+            log.warning("%s-%d: completing its move to %s, which the last stop interrupted", *key, d)
+            self.found[key] = d
+            self.recovery_points[d].pop(key, None)
+            self.clean[d] = False  # its files were never flushed as a whole: recover them
 
     # -- the Storage contract ----------------------------------------------------------
 
@@ -233,6 +263,12 @@ class SegmentStorage:
             plog.assign_epoch(self.adopted_epochs.pop(key))
         self.logs[d][key] = plog
         return plog
+
+    def move_log(self, plog: SegmentLog, directory: Path) -> LogMove:
+        """:class:`brokkr.core.log.LogDirs`: start moving ``plog`` into ``directory``."""
+        if directory not in self.dirs or directory == plog.dir.parent:
+            raise ValueError(f"{directory} is not another of the log dirs {self.dirs}")
+        return LogMove(self, plog, directory)
 
     def _unopened(self, d: Path) -> list[tuple[str, int]]:
         """Partitions on disk in ``d`` that no one opened (a tool such as ``brokkr scram``
