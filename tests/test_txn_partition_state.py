@@ -7,7 +7,6 @@ import io
 import struct
 from types import SimpleNamespace
 
-import pytest
 from brokkr.core.authorization import AclOperation, AuthorizationResult
 from brokkr.core.broker import BrokerThread
 from brokkr.core.errors import ErrorCode
@@ -69,8 +68,7 @@ def test_write_txn_markers_needs_cluster_action(brokkr_broker_factory):
     assert broker.broker.partition("t", 0).last_stable_offset == 0  # still open
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_write_txn_markers_per_partition_errors(brokkr_broker_factory, version):
+def test_write_txn_markers_per_partition_errors(brokkr_broker_factory):
     broker = start(brokkr_broker_factory)
     txn_produce(broker, "t", txn_batch([b"a"], PID, epoch=4))
     txn_produce(broker, "t", txn_batch([b"b"], PID + 1), partition=1)
@@ -78,7 +76,7 @@ def test_write_txn_markers_per_partition_errors(brokkr_broker_factory, version):
         broker.bootstrap_servers,
         (PID, 3, True, 0, {"t": [0], "missing": [0]}),  # a fenced producer epoch
         (PID + 1, 0, False, 7, {"t": [1, 5]}),
-        version=version,
+        version=1,  # Kafka 4.1's newest (v2, with a transaction version, is 4.2's)
     )
     assert answers == [
         {("t", 0): ErrorCode.INVALID_PRODUCER_EPOCH, ("missing", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION},
