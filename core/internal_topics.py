@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import attrs
 
+from .errors import ConfigError
+
 
 @attrs.frozen
 class InternalTopic:
@@ -59,11 +61,19 @@ class InternalTopic:
 
 
 def collect_internal_topics(hook, broker) -> dict[str, InternalTopic]:
-    """The internal topics ``brokkr_internal_topics`` declares, by name (called once per broker)."""
+    """The internal topics ``brokkr_internal_topics`` declares, by name (called once per
+    broker). A broker alone refuses a replication factor above 1 given for one of them
+    (ConfigError): it would hold its single replica and never the others."""
     declared: dict[str, InternalTopic] = {}
     for result in hook.brokkr_internal_topics(broker=broker):
         for topic in result:
             if topic.name in declared and declared[topic.name] != topic:
                 raise ValueError(f"internal topic {topic.name} is declared twice, differently")
             declared[topic.name] = topic
+    config = broker.config
+    if config["zookeeper.connect"] is None:
+        for topic in declared.values():
+            rf = config[topic.replication_factor]
+            if rf > 1 and topic.replication_factor in config.explicit:
+                raise ConfigError(f"{topic.replication_factor}={rf} needs a cluster (zookeeper.connect); alone it is 1")
     return declared

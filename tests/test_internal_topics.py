@@ -14,7 +14,8 @@ import signal
 import time
 
 import pytest
-from brokkr.core.errors import ErrorCode
+from brokkr.core.broker import Broker
+from brokkr.core.errors import ConfigError, ErrorCode
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import build_batch
 from brokkr.core.testing import RawClient
@@ -201,3 +202,16 @@ def test_unlisted_internal_topic_directories_are_adopted_with_their_own_settings
     assert partitions == 3
     assert configs["cleanup.policy"] == "compact" and configs["segment.bytes"] == SEGMENT_BYTES
     assert configs["retention.ms"] != "-1"
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "brokkr.schema.registry.kafkastore.topic.replication.factor",
+    ],
+)
+def test_a_broker_alone_refuses_a_replicated_internal_topic(setting):
+    with pytest.raises(ConfigError, match=f"{setting}=3 needs a cluster"):
+        Broker({"listeners": "PLAINTEXT://127.0.0.1:0", setting: "3"})

@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib
 
 from brokkr.core.config import ConfigDef, ConfigType, at_least
-from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import hookimpl
 
 from .consumer_config import CONSUMER_CONFIGS, consumer_protocol_enabled
@@ -138,14 +137,6 @@ def brokkr_apis(broker):
 
 @hookimpl
 def brokkr_broker_starting(broker):
-    rf = broker.config["offsets.topic.replication.factor"]
-    if (
-        broker.replicas is None
-        and broker.config["zookeeper.connect"] is None
-        and rf > 1
-        and ("offsets.topic.replication.factor" in broker.config.explicit)
-    ):
-        raise ConfigError(f"offsets.topic.replication.factor={rf} needs a cluster (zookeeper.connect); alone it is 1")
     broker.pm.register(GroupCoordinator(broker), name=PLUGIN_NAME)
 
 

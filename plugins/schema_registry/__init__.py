@@ -119,10 +119,6 @@ def brokkr_internal_topics(broker):
 
 @hookimpl
 def brokkr_broker_starting(broker):
-    setting = P + "kafkastore.topic.replication.factor"
-    rf = broker.config[setting]
-    if broker.config["zookeeper.connect"] is None and rf > 1 and setting in broker.config.explicit:
-        raise ConfigError(f"{setting}={rf} needs a cluster (zookeeper.connect); alone it is 1")
     registry = SchemaRegistry(broker)
     broker.pm.register(registry, name=PLUGIN_NAME)
     if broker.config[P + "listeners"]:

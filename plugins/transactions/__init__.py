@@ -25,7 +25,6 @@ from __future__ import annotations
 import importlib
 
 from brokkr.core.config import ConfigDef, ConfigType, at_least
-from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import hookimpl
 
 from .coordinator import PLUGIN_NAME, TRANSACTION_STATE_TOPIC, TransactionCoordinator
@@ -126,16 +125,6 @@ def brokkr_apis(broker):
 
 @hookimpl
 def brokkr_broker_starting(broker):
-    rf = broker.config["transaction.state.log.replication.factor"]
-    if (
-        broker.replicas is None
-        and broker.config["zookeeper.connect"] is None
-        and rf > 1
-        and "transaction.state.log.replication.factor" in broker.config.explicit
-    ):
-        raise ConfigError(
-            f"transaction.state.log.replication.factor={rf} needs a cluster (zookeeper.connect); alone it is 1"
-        )
     broker.pm.register(TransactionCoordinator(broker), name=PLUGIN_NAME)
 
 
