@@ -9,14 +9,17 @@ records over ``--keys`` keys; then, on the same segment files:
   rewrite, indexes, fsync, ``.swap``), timed on a cleaner thread.
 
 MB/s is of the bytes read (the cleanable segments' size); the ratio is clean/copy.
+``--repeat N`` times both N times, alternating, and reports the medians (on a shared
+machine, a burst of other work then moves one sample, not the result).
 
-    .venv-test/bin/python benchmarks/compaction.py [--records 300000] [--keys 10000] [--value-size 100]
+    .venv-test/bin/python benchmarks/compaction.py [--records 300000] [--keys 10000] [--value-size 100] [--repeat 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +35,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=1, help="time copy and clean this many times each, alternating")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         conf = {"log.dirs": tmp + "/data", "listeners": "PLAINTEXT://127.0.0.1:0", "log.cleaner.enable": "false"}
@@ -73,18 +77,24 @@ def main() -> None:
                 now = int(time.time() * 1000)
                 return cleaner.clean(plog, broker.storage.codecs, 0, now, broker.storage.cleaner.settings)
 
+            copies, cleans = [], []
             with ThreadPoolExecutor(1) as pool:
-                t = time.perf_counter()
-                pool.submit(copy).result()
-                copy_s = time.perf_counter() - t
-                t = time.perf_counter()
-                result = pool.submit(clean).result()
-                clean_s = time.perf_counter() - t
+                for _ in range(args.repeat):
+                    t = time.perf_counter()
+                    pool.submit(copy).result()
+                    copies.append(time.perf_counter() - t)
+                    t = time.perf_counter()
+                    result = pool.submit(clean).result()  # .swap files, never installed: the same work each time
+                    cleans.append(time.perf_counter() - t)
+            copy_s, clean_s = statistics.median(copies), statistics.median(cleans)
             copy_mb, clean_mb = size / copy_s / 1e6, size / clean_s / 1e6
             print(f"segments: {len(segs)}, {size / 1e6:.1f} MB, {args.records} records over {args.keys} keys")
             print(f"copy  (read + write + fsync): {copy_mb:8.1f} MB/s")
             print(f"clean (cleaner.clean):        {clean_mb:8.1f} MB/s  -> {result.written / 1e6:.2f} MB kept")
             print(f"ratio clean/copy: {clean_mb / copy_mb:.3f}", flush=True)
+            if args.repeat > 1:
+                ms = [[round(s * 1000) for s in samples] for samples in (copies, cleans)]
+                print(f"samples (ms): copy {ms[0]}, clean {ms[1]}")
             producer.flush(1)
             del producer, admin
         finally:

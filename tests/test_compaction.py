@@ -1,10 +1,12 @@
 """Log compaction on disk: a crash at each step of a cleaning recovers to a consistent
 log (Kafka's LogLoader completes a ``.swap`` and drops ``.cleaned``); a SIGKILL of
-``brokkr serve`` while it cleans; idempotent producer state; settings refused at start;
-produce latency while the cleaner works."""
+``brokkr serve`` while it cleans; idempotent producer state; a key map that fills; compressed
+batches filtered in C and recompressed; settings refused at start; produce latency while the
+cleaner works."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -136,6 +138,101 @@ def test_a_sigkill_while_cleaning_recovers_every_key(tmp_path):
         restarted.proc.terminate()
         restarted.proc.wait(timeout=10)
     assert "cleaned" in restarted.output() or len(got) < 9000
+
+
+@pytest.mark.parametrize("walk", ["c", "python"])
+def test_a_full_key_map_stops_at_the_first_key_it_cannot_hold(brokkr_broker_factory, tmp_path, monkeypatch, walk):
+    """Kafka's buildOffsetMap: the key map holds at most its limit of keys (the share of
+    ``log.cleaner.dedupe.buffer.size``); at the first key past it, mid-segment, the cleaning
+    keeps every record from there on and checkpoints there, and the next cleanings go on
+    from it until each key's last record alone is left. The C map and the Python one alike."""
+    if walk == "python":
+        monkeypatch.setattr(cleaner, "_cleaner", None)
+    elif cleaner._cleaner is None:
+        pytest.skip("brokkr.plugins.storage.segment._cleaner is not built")
+    broker = brokkr_broker_factory({"log.dirs": str(tmp_path / "d"), "log.cleaner.enable": "false"})
+    topic = "full"
+    ck_create_topic(broker.bootstrap_servers, topic, config=COMPACT)
+    producer = ck_producer(broker.bootstrap_servers, **{"linger.ms": 20})
+    expected = {}
+
+    def on_delivery(err, msg):
+        assert err is None
+        expected[msg.key()] = (msg.offset(), msg.value())
+
+    for round_ in range(3):
+        for k in range(20):
+            producer.produce(topic, key=b"k%02d" % k, value=b"r%d" % round_ + b"v" * 24, on_delivery=on_delivery)
+        ck_flush(producer)
+    plog = partition_log(broker, topic)
+    settings = cleaner.CleanerSettings(240, broker.storage.cleaner.settings.io_buffer_size, float("inf"), 1)
+    assert settings.map_slots == 9
+    checkpoints = []
+    while len(checkpoints) < 30:
+        cleaning = broker.call(
+            lambda: cleaner.clean(plog, broker.storage.codecs, plog.first_dirty, int(time.time() * 1000), settings)
+        )
+        if cleaning is None:
+            break
+        assert broker.call(plog.install_cleaned, cleaning)
+        checkpoints.append(plog.first_dirty)
+    assert checkpoints[0] == 9, "the tenth key (offset 9) did not fit"
+    assert checkpoints == sorted(set(checkpoints)) and len(checkpoints) > 3
+    left = sum(h.record_count for s in plog._segments for _, h, _ in scan_batches(s.fd, 0, s.size))
+    got = ck_consume(broker.bootstrap_servers, topic, left)
+    assert len(got) == left
+    assert {r.key: (r.offset, r.value) for r in got} == expected
+    below = [r.key for r in got if r.offset < checkpoints[-1]]
+    assert below and len(below) == len(set(below)), "below the checkpoint each key's last record alone"
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_compressed_batches_are_filtered_by_the_c_walk_and_recompressed(
+    brokkr_broker_factory, tmp_path, monkeypatch, codec
+):
+    """A compressed batch of which some records stay is decompressed, filtered by the C
+    walk (the Python walk is never called) and recompressed with its codec, its header's
+    offsets kept; one whose records all stay is copied byte for byte; a client reads the
+    last value, tombstone and headers of every key."""
+    if cleaner._cleaner is None:
+        pytest.skip("brokkr.plugins.storage.segment._cleaner is not built")
+
+    def python_walk(*args):
+        raise AssertionError("the Python walk ran")
+
+    monkeypatch.setattr(cleaner, "_walk", python_walk)
+    broker = brokkr_broker_factory({"log.dirs": str(tmp_path / "d"), "log.cleaner.enable": "false"})
+    topic = "squeezed"
+    ck_create_topic(broker.bootstrap_servers, topic, config=COMPACT)
+    producer = ck_producer(broker.bootstrap_servers, **{"linger.ms": 20, "compression.type": codec})
+    rounds = [  # one batch, and one segment, each: 0-4, 5-9, then the active segment
+        [(b"k%d" % k, os.urandom(120)) for k in range(5)],
+        [(b"k%d" % k, None if k == 3 else os.urandom(120)) for k in (0, 1, 2, 3, 5)],
+        [(b"t%d" % k, os.urandom(120)) for k in range(5)],
+    ]
+    for i, batch in enumerate(rounds):
+        for key, value in batch:
+            producer.produce(topic, key=key, value=value, headers=[("round", b"%d" % i), ("k", key)])
+        ck_flush(producer)
+    plog = partition_log(broker, topic)
+
+    def stored():
+        segments = [scan_batches(s.fd, 0, s.size) for s in plog._segments]
+        return {h.base_offset: (h, bytes(buf[h.position : h.end])) for batches in segments for _, h, buf in batches}
+
+    before = stored()
+    assert sorted(before) == [0, 5, 10] and len(plog._segments) == 3
+    assert broker.call(plog.install_cleaned, prepare_swap(broker, topic))
+    after = stored()
+    first, copied = after[0][0], after[5][1]
+    assert (first.record_count, first.last_offset_delta, first.codec) == (1, 4, before[0][0].codec) and first.codec
+    assert copied == before[5][1]
+    latest = {
+        key: (value, [("round", b"%d" % i), ("k", key)]) for i, batch in enumerate(rounds) for key, value in batch
+    }
+    got = ck_consume(broker.bootstrap_servers, topic, len(latest))
+    assert {r.key: (r.value, r.headers) for r in got} == latest
+    assert [r.offset for r in got] == [4, *range(5, 15)]
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,9 @@ the cleaner checkpoint over the bytes of the cleanable segments) reaches
 and the active segment are never cleaned. The work runs on ``log.cleaner.threads`` threads:
 
 1. a key map (key -> last offset, bounded by ``log.cleaner.dedupe.buffer.size`` at 24 bytes
-   an entry, as Kafka's SkimpyOffsetMap) is built over the dirty section;
+   an entry, as Kafka's SkimpyOffsetMap) is built over the dirty section; when it is full
+   it stops at the first record whose key does not fit, and the records from there on are
+   kept as they are (Kafka's map.latestOffset), to be cleaned next time;
 2. each group of segments (Kafka's grouping: total size within ``segment.bytes``) is
    rewritten into ``<base>.log.cleaned`` keeping a record when no later offset of its key
    is in the map; tombstones are kept until their segment is older than
@@ -18,12 +20,16 @@ and the active segment are never cleaned. The work runs on ``log.cleaner.threads
    goes once no record of its transaction is left and its segment is older than
    ``delete.retention.ms`` (with its ``.txnindex`` entry), unless it is its producer's
    last batch. Nothing at or past the last stable offset is cleaned;
-3. the cleaned files are fsynced and renamed to ``.swap``; the event loop then swaps the
+3. the cleaned files of all groups are fsynced (several at once) and renamed to
+   ``.swap``; the event loop then swaps the
    segment objects in one list assignment, deletes the old segments and renames ``.swap``
    to the final names. Recovery completes a swap it finds (as Kafka's LogLoader does)
    and removes ``.cleaned`` files.
 
-Reads and writes are throttled to ``log.cleaner.io.max.bytes.per.second``.
+Reads and writes are throttled to ``log.cleaner.io.max.bytes.per.second``. The key map
+and the two record walks run in C (``_cleaner.c``: ``OffsetMap``, without the GIL); a
+batch the C walk does not accept, or every batch where it is not built, is walked in
+Python here, which reads it or raises its error.
 """
 
 from __future__ import annotations
@@ -62,10 +68,16 @@ from .files import (
 )
 from .segment import LogSegment, scan_batches
 
+try:
+    from . import _cleaner  # the key map and record walks in C (_cleaner.c)
+except ImportError:  # not built: the Python walks run
+    _cleaner = None
+
 log = logging.getLogger("brokkr.storage.cleaner")
 
 CLEANED, SWAP = ".cleaned", ".swap"
 _MAP_ENTRY = 24  # bytes per key map entry, as Kafka's SkimpyOffsetMap (MD5 + offset)
+_FSYNC_THREADS = 8  # a cleaning's files fsynced at once
 _CRC = struct.Struct(">I")
 
 
@@ -80,6 +92,11 @@ class CleanerSettings:
     def map_slots(self) -> int:
         # Kafka: 90% load factor, split over the threads.
         return max(int(self.dedupe_buffer_size / self.threads * 0.9) // _MAP_ENTRY, 1)
+
+    @property
+    def map_capacity(self) -> int:
+        """The most 24-byte entries one thread's share of the dedupe buffer holds."""
+        return max(int(self.dedupe_buffer_size / self.threads) // _MAP_ENTRY, 2)
 
 
 class Throttler:
@@ -141,8 +158,42 @@ def needs_cleaning(plog, first_dirty: int, now_ms: int) -> bool:
     return overdue or dirty / (clean + dirty) >= plog.config["min.cleanable.dirty.ratio"]
 
 
-def _key_id(key: bytes) -> bytes:
-    return hashlib.md5(key, usedforsecurity=False).digest()
+class PythonOffsetMap:
+    """The key map where ``_cleaner`` is not built: MD5 of the key -> last offset, at most
+    ``limit`` keys; its ``add`` and ``retain`` leave every batch to the Python walks."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.offsets: dict[bytes, int] = {}
+
+    @property
+    def size(self) -> int:
+        return len(self.offsets)
+
+    def put(self, key: bytes, offset: int) -> bool:
+        """Map ``key`` to ``offset``; False when the key is new and the map is full."""
+        digest = hashlib.md5(key, usedforsecurity=False).digest()
+        if digest not in self.offsets and len(self.offsets) >= self.limit:
+            return False
+        self.offsets[digest] = offset
+        return True
+
+    def get(self, key: bytes) -> int:
+        return self.offsets.get(hashlib.md5(key, usedforsecurity=False).digest(), -1)
+
+    def add(self, payload, count: int, base_offset: int, start: int) -> None:
+        return None
+
+    def retain(self, payload, count: int, base_offset: int, reached: int, drop_tombstones: bool) -> None:
+        return None
+
+
+def new_offset_map(settings: CleanerSettings):
+    """An empty key map within one thread's share of the dedupe buffer: ``_cleaner.OffsetMap``
+    (its digest keyed by a seed drawn for it), or :class:`PythonOffsetMap`."""
+    if _cleaner is None:
+        return PythonOffsetMap(settings.map_slots)
+    return _cleaner.OffsetMap(settings.map_capacity, settings.map_slots, os.urandom(16))
 
 
 def _records(seg: LogSegment, codecs, chunk: int, throttle: Throttler):
@@ -165,40 +216,85 @@ def _walk(h: BatchHeader, payload: memoryview):
         yield off_delta, ts_delta, k, value is None, payload[start:pos]
 
 
+def _add_batch(offsets, h: BatchHeader, payload: memoryview, start: int) -> int:
+    """Map the batch's keyed records at or past ``start``: -1, or the offset of the first
+    record whose key did not fit (the map is full)."""
+    full_at = offsets.add(payload, h.record_count, h.base_offset, start)
+    if full_at is not None:
+        return full_at
+    for off_delta, _, key, _, _ in _walk(h, payload):  # the C walk did not take the batch
+        offset = h.base_offset + off_delta
+        if key is not None and offset >= start and not offsets.put(key, offset):
+            return offset
+    return -1
+
+
+def _retain_batch(offsets, h: BatchHeader, payload: memoryview, reached: int, drop_tombstones: bool):
+    """(records kept, their bytes or None when all are): every record at or past
+    ``reached`` (past the map), and below it a record whose key has no later offset in the
+    map, unless it is a tombstone and ``drop_tombstones``."""
+    found = offsets.retain(payload, h.record_count, h.base_offset, reached, drop_tombstones)
+    if found is not None:
+        return found
+    kept = []  # the C walk did not take the batch
+    for off_delta, _, key, tombstone, raw in _walk(h, payload):
+        offset = h.base_offset + off_delta
+        if offset < reached:
+            if key is not None and offsets.get(key) > offset:
+                continue  # a later record of the key is in the map
+            if tombstone and drop_tombstones:
+                continue
+        kept.append(raw)
+    return len(kept), None if len(kept) == h.record_count else b"".join(kept)
+
+
+def _note_producer(last: dict[int, int], h: BatchHeader) -> None:
+    if h.producer_id != NO_PRODUCER_ID and h.base_offset > last.get(h.producer_id, -1):
+        last[h.producer_id] = h.base_offset
+
+
 def build_map(
-    plog, codecs, first_dirty: int, end: int, settings: CleanerSettings, throttle, aborted: AbortedByProducer
-) -> tuple[dict, int]:
-    """Key id -> last offset over [first_dirty, end), records of aborted transactions left
-    out; stops at a segment boundary once the map is full and returns the offset it reached."""
-    offsets: dict[bytes, int] = {}
-    slots = settings.map_slots
+    plog,
+    codecs,
+    first_dirty: int,
+    end: int,
+    settings: CleanerSettings,
+    throttle,
+    aborted: AbortedByProducer,
+    last: dict[int, int],
+) -> tuple[object, int, list[LogSegment]]:
+    """The key map (key -> last offset) over [first_dirty, end), records of aborted
+    transactions left out, the offset it reached (``end``, or once the map is full the
+    first record whose key did not fit: Kafka's buildOffsetMap) and the segments it read
+    whole, whose producers' last batches it noted in ``last``."""
+    offsets = new_offset_map(settings)
     reached = first_dirty
+    whole: list[LogSegment] = []
     for seg in plog._segments[:-1]:
         if seg.next_offset <= first_dirty or seg.base_offset >= end:
             continue
-        seg_keys: dict[bytes, int] = {}
         for h, _, payload in _records(seg, codecs, settings.io_buffer_size, throttle):
+            _note_producer(last, h)
             if h.is_control or h.last_offset < first_dirty:
                 continue
             if h.is_transactional and is_aborted(aborted, h.producer_id, h.base_offset):
                 continue
-            for off_delta, _, key, _, _ in _walk(h, payload):
-                if key is not None:
-                    seg_keys[_key_id(key)] = h.base_offset + off_delta
-        if len(offsets) + len(seg_keys) > slots and reached > first_dirty:
-            break
-        offsets.update(seg_keys)
+            full_at = _add_batch(offsets, h, payload, first_dirty)
+            if full_at >= 0:
+                return offsets, full_at, whole
         reached = seg.next_offset
-    return offsets, reached
+        whole.append(seg)
+    return offsets, reached, whole
 
 
-def producer_last_batches(plog, chunk: int) -> set[int]:
-    """Base offsets of the batch holding each producer's last sequence (header scan)."""
-    last: dict[int, int] = {}
+def producer_last_batches(plog, chunk: int, last: dict[int, int], read: list[LogSegment]) -> set[int]:
+    """Base offsets of the batch holding each producer's last sequence: ``last`` holds
+    them for the segments ``read`` already; the other segments' headers are scanned."""
+    last, done = dict(last), {id(seg) for seg in read}
     for seg in list(plog._segments):
-        for _, h, _ in scan_batches(seg.fd, 0, seg.size, chunk):
-            if h.producer_id != NO_PRODUCER_ID:
-                last[h.producer_id] = h.base_offset
+        if id(seg) not in done:
+            for _, h, _ in scan_batches(seg.fd, 0, seg.size, chunk):
+                _note_producer(last, h)
     return set(last.values())
 
 
@@ -224,14 +320,14 @@ def _groups(segs: list[LogSegment], max_size: int, max_index: int) -> list[list[
     return groups
 
 
-def _rewrite_batch(h: BatchHeader, kept: list[memoryview], codecs) -> bytes:
-    """The batch with only the ``kept`` records (their deltas unchanged); the header keeps
-    its base offset, last offset delta, timestamps and producer fields, as Kafka keeps
-    them when it filters a batch."""
-    payload = b"".join(kept)
-    if h.codec and kept:
+def _rewrite_batch(h: BatchHeader, count: int, records: bytes, codecs) -> bytes:
+    """The batch with only the ``count`` kept ``records`` (their deltas unchanged); the
+    header keeps its base offset, last offset delta, timestamps and producer fields, as
+    Kafka keeps them when it filters a batch."""
+    payload = records
+    if h.codec and count:
         payload = codecs[h.codec].compress(payload)
-    attributes = h.attributes if kept else h.attributes & ~0x07
+    attributes = h.attributes if count else h.attributes & ~0x07
     batch = bytearray(
         HEADER.pack(
             h.base_offset,
@@ -246,7 +342,7 @@ def _rewrite_batch(h: BatchHeader, kept: list[memoryview], codecs) -> bytes:
             h.producer_id,
             h.producer_epoch,
             h.base_sequence,
-            len(kept),
+            count,
         )
     )
     batch += payload
@@ -260,14 +356,16 @@ def clean(plog, codecs, first_dirty: int, now_ms: int, settings: CleanerSettings
     end = cleanable_end(plog, now_ms)
     first_dirty = max(first_dirty, plog.log_start_offset)
     aborted = by_producer(plog.aborted_txns(plog.log_start_offset, end))
-    offsets, reached = build_map(plog, codecs, first_dirty, end, settings, throttle, aborted)
+    last: dict[int, int] = {}  # per producer: the base offset of its last batch
+    offsets, reached, read = build_map(plog, codecs, first_dirty, end, settings, throttle, aborted, last)
     if reached <= first_dirty:
         return None
-    keep_batches = producer_last_batches(plog, settings.io_buffer_size or 65536)
+    keep_batches = producer_last_batches(plog, settings.io_buffer_size or 65536, last, read)
     delete_horizon = now_ms - plog.config["delete.retention.ms"]
     segs = [s for s in plog._segments[:-1] if s.base_offset < reached]
     result = Cleaning(first_dirty=reached)
     txn_data_kept: dict[int, bool] = {}  # per producer: whether its transaction's records remain
+    written: list = []  # the .cleaned files
     for group in _groups(segs, plog.config["segment.bytes"], plog.config["segment.index.bytes"]):
         base = group[0].base_offset
         cleaned = LogSegment(
@@ -292,18 +390,11 @@ def clean(plog, codecs, first_dirty: int, now_ms: int, settings: CleanerSettings
                     txn_data_kept.setdefault(h.producer_id, False)
                     continue  # an aborted transaction's records go
                 else:
-                    kept = []
-                    for off_delta, _, key, tombstone, raw in _walk(h, payload):
-                        offset = h.base_offset + off_delta
-                        if key is not None and offsets.get(_key_id(key), offset) > offset:
-                            continue  # a later record of the key is in the map
-                        if tombstone and drop_tombstones:
-                            continue
-                        kept.append(raw)
-                    if len(kept) == h.record_count:
+                    count, records = _retain_batch(offsets, h, payload, reached, drop_tombstones)
+                    if records is None:
                         out = bytes(buf[h.position : h.end])
-                    elif kept or h.base_offset in keep_batches:
-                        out = _rewrite_batch(h, kept, codecs)
+                    elif count or h.base_offset in keep_batches:
+                        out = _rewrite_batch(h, count, records, codecs)
                     else:
                         continue
                     if h.is_transactional:
@@ -315,15 +406,16 @@ def clean(plog, codecs, first_dirty: int, now_ms: int, settings: CleanerSettings
                 if txn.last_offset not in dropped_markers:
                     cleaned.txn_index.append(txn)
         cleaned.seal()
-        os.fsync(cleaned.fd)
-        fsync_path(cleaned.offset_index.path)
-        fsync_path(cleaned.time_index.path)
-        cleaned.txn_index.sync()
         cleaned.close()
-        for path in cleaned.paths():
-            os.replace(path, path.with_name(path.name[: -len(CLEANED)] + SWAP))
+        written.extend(cleaned.paths())
         result.replaced.append(group)
         result.bases.append(base)
+    # Every file fsynced once all are written, several at once (concurrent fsyncs share the
+    # journal commits and the disk's cache flushes), then renamed: a .swap is whole on disk.
+    with ThreadPoolExecutor(max(min(len(written), _FSYNC_THREADS), 1), "brokkr-cleaner-sync") as pool:
+        list(pool.map(fsync_path, written))
+    for path in written:
+        os.replace(path, path.with_name(path.name[: -len(CLEANED)] + SWAP))
     return result
 
 
