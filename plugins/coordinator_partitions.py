@@ -31,13 +31,22 @@ from brokkr.core.errors import BrokkrError, ErrorCode
 from brokkr.core.internal_topics import InternalTopic
 from brokkr.core.log import OffsetOutOfRange, batch_records
 from brokkr.core.protocol.control import read_end_txn_marker
-from brokkr.core.protocol.records import TRANSACTIONAL_FLAG, BatchHeader, build_batch, iter_batches_untrusted
+from brokkr.core.protocol.records import (
+    TRANSACTIONAL_FLAG,
+    BatchHeader,
+    encode_batch,
+    encode_record,
+    iter_batches_untrusted,
+)
 from brokkr.core.validation import RecordsError, ValidatedRecords
 
 log = logging.getLogger("brokkr.coordinator")
 
 #: Bytes read per step when loading a partition, between which the loop runs other work.
 LOAD_CHUNK_BYTES = 1 << 20
+#: Keys whose hash a coordinator remembers (every request of a key looks its partition up;
+#: Java's String.hashCode in Python is the cost): forgotten all at once when full.
+HASHES_KEPT = 10_000
 
 
 def java_string_hash(s: str) -> int:
@@ -100,6 +109,7 @@ class PartitionedCoordinator:
         self._loads: dict[int, asyncio.Task] = {}
         self._tasks: set[asyncio.Task] = set()
         self._creating: asyncio.Task | None = None  # the topic's creation (create_topic)
+        self._hashes: dict[str, int] = {}  # key -> kafka_abs(java_string_hash(key)), at most HASHES_KEPT
 
     # -- to implement -------------------------------------------------------------
 
@@ -270,12 +280,21 @@ class PartitionedCoordinator:
     # -- lookups ----------------------------------------------------------------------
 
     def partition_for(self, key: str) -> int:
-        return partition_for(key, self.num_partitions)
+        """The key's partition (:func:`partition_for`, its hash remembered)."""
+        hashed = self._hashes.get(key)
+        if hashed is None:
+            if len(self._hashes) >= HASHES_KEPT:
+                self._hashes.clear()
+            hashed = self._hashes[key] = kafka_abs(java_string_hash(key))
+        return hashed % self.num_partitions
 
     def check_coordinator(self, key: str) -> ErrorCode:
         """NONE when this node coordinates ``key`` and has loaded it; otherwise the error
         Kafka answers (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS)."""
-        owned = self.owned.get(self.partition_for(key))
+        return self._check_partition(self.partition_for(key))
+
+    def _check_partition(self, index: int) -> ErrorCode:
+        owned = self.owned.get(index)
         if owned is None:
             return ErrorCode.NOT_COORDINATOR
         if not owned[0]:
@@ -298,10 +317,11 @@ class PartitionedCoordinator:
         With ``producer`` (producer id, epoch) the batch is transactional, part of that
         producer's transaction (TxnOffsetCommit): its sequence continues the producer's
         batches in the partition, and it counts once the transaction's marker is written."""
-        error = self.check_coordinator(key)
+        index = self.partition_for(key)
+        error = self._check_partition(index)
         if error:
             return error
-        partition = self.broker.partition(self.topic, self.partition_for(key))
+        partition = self.broker.partition(self.topic, index)
         if partition is None:
             return ErrorCode.NOT_COORDINATOR
         now = int(time.time() * 1000)
@@ -316,7 +336,8 @@ class PartitionedCoordinator:
                 "producer_epoch": epoch,
                 "base_sequence": (entry.last_seq + 1) & 0x7FFFFFFF if same_epoch else 0,
             }
-        batch = bytearray(build_batch(records, timestamp=now, **txn))
+        payload = b"".join([encode_record(i, 0, k, v) for i, (k, v) in enumerate(records)])
+        batch = encode_batch(payload, record_count=len(records), base_timestamp=now, max_timestamp=now, **txn)
         if len(batch) > partition.config["max.message.bytes"]:
             return ErrorCode.MESSAGE_TOO_LARGE
         validated = ValidatedRecords(batch, [BatchHeader.unpack(batch)], len(records), now)
@@ -326,9 +347,12 @@ class PartitionedCoordinator:
             return exc.code
         except OSError:
             return ErrorCode.KAFKA_STORAGE_ERROR
-        timeout = self.broker.config[self.write_timeout]
-        if await self.broker.wait_acknowledged({partition: info.last_offset + 1}, timeout):
-            return ErrorCode.REQUEST_TIMED_OUT
+        required = info.last_offset + 1
+        # Acknowledged at once (alone, always): the purgatory's first try, without its set-up.
+        if not (partition.deleted or self.broker.produce_complete(partition, required)):
+            timeout = self.broker.config[self.write_timeout]
+            if await self.broker.wait_acknowledged({partition: required}, timeout):
+                return ErrorCode.REQUEST_TIMED_OUT
         if replay:
             for k, v in records:
                 self.replay(self.decode(k, v))

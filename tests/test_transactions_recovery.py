@@ -6,6 +6,7 @@ re-encode byte for byte."""
 
 from __future__ import annotations
 
+import random
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,14 @@ import pytest
 from brokkr.core.protocol.frames import request_spec
 from brokkr.core.protocol.records import read_all_records
 from brokkr.core.testing import RawClient
-from brokkr.plugins.transactions.records import decode_record, encode_key, encode_value
+from brokkr.plugins.transactions.records import (
+    decode_record,
+    encode_key,
+    encode_value,
+    partitions_struct,
+    record_spec,
+    value_struct,
+)
 
 from tests.txn_coordinator import DESCRIBE_TRANSACTIONS, FAST, describe, init_producer_id, ready, stable, wait_state
 
@@ -35,6 +43,32 @@ def test_kafka_written_transaction_records_reencode_byte_for_byte():
     # Empty, Ongoing, PrepareCommit, CompleteCommit of one ksqlDB transaction
     assert [d.value.transaction_status for d in decoded] == [0, 1, 2, 4]
     assert {d.transactional_id for d in decoded} == {"default_"}
+
+
+def test_transaction_records_are_written_as_the_generic_encoder_writes_them():
+    """Every state change's record is packed by hand (plugins/transactions/records.py): the
+    same bytes as the codec compiled from Kafka's JSON, partitions null or listed."""
+    rng = random.Random(5)
+    spec = record_spec("TransactionLogValue")
+    for _ in range(200):
+        partitions = rng.choice(
+            [None, [], [partitions_struct(f"tópic-{t}", rng.sample(range(50), rng.randint(0, 4))) for t in range(3)]]
+        )
+        value = value_struct(
+            producer_id=rng.randint(-1, 1 << 50),
+            producer_epoch=rng.randint(-1, 32766),
+            transaction_timeout_ms=rng.randint(1, 900_000),
+            transaction_status=rng.randint(0, 6),
+            transaction_partitions=partitions,
+            transaction_last_update_timestamp_ms=rng.randint(-1, 1 << 42),
+            transaction_start_timestamp_ms=rng.randint(-1, 1 << 42),
+        )
+        assert encode_value(value) == b"\x00\x00" + bytes(spec.encode(0, value).buf)
+        transactional_id = rng.choice(["", "txn", "trånsaction"])
+        key_spec = record_spec("TransactionLogKey")
+        assert encode_key(transactional_id) == b"\x00\x00" + bytes(
+            key_spec.encode(0, key_spec.cls(transactional_id=transactional_id)).buf
+        )
 
 
 def test_the_partition_kafka_wrote_loads(tmp_path, brokkr_broker_factory):

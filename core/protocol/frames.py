@@ -16,7 +16,7 @@ from importlib import resources
 import attrs
 
 from ..errors import CorruptRequest, UnknownApi
-from . import produce_codec
+from . import offset_commit_codec, produce_codec
 from .primitives import Reader, Writer
 from .schema import MessageSpec, load_message
 
@@ -155,6 +155,13 @@ def encode_request(
     return bytes(w.buf)
 
 
+#: The responses encoded by a written-out encoder (it answers False to leave one to the generic).
+_WRITTEN_OUT = {
+    produce_codec.KEY: produce_codec.encode_response,
+    offset_commit_codec.KEY: offset_commit_codec.encode_response,
+}
+
+
 def encode_response(api_key: int, api_version: int, correlation_id: int, body) -> bytearray | list:
     """A whole response frame, size prefix included: the encoder's own buffer, not a copy
     of it (a Fetch response can be megabytes); or, when the body holds records whose bytes
@@ -167,7 +174,8 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body) -
         if _flexible_header(api_key, api_version)
         else _HEADER.pack(0, correlation_id)
     )
-    if api_key != produce_codec.KEY or not produce_codec.encode_response(api_version, body, w):
+    written_out = _WRITTEN_OUT.get(api_key)
+    if written_out is None or not written_out(api_version, body, w):
         response_spec(api_key).encode(api_version, body, w)
     if w.deferred is None:
         _SIZE.pack_into(w.buf, 0, len(w.buf) - 4)

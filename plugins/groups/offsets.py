@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ from brokkr.core.errors import ErrorCode
 from ..coordinator_partitions import write_error
 from .classic import ClassicGroup, ClassicState
 from .consumer_group import ConsumerGroup
-from .records import CoordinatorRecord, decode_record, encode_key, encode_value, record_spec
+from .records import CoordinatorRecord, decode_record
 
 if TYPE_CHECKING:
     from .coordinator import GroupCoordinator
@@ -40,20 +41,31 @@ class OffsetAndMetadata:
     expire_timestamp: int | None = None
 
 
+# An OffsetCommit record is written on every commit: its key (version 1) and value
+# (version 3, or 1 with an expiry; neither flexible) are packed here, field by field as
+# records.encode_key/encode_value write them (tests/test_groups_records.py compares them).
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_VALUE_V3 = struct.Struct(">hqi")  # version, offset, leader epoch; then metadata, commit timestamp
+_VALUE_V1 = struct.Struct(">hq")  # version, offset; then metadata, commit and expire timestamps
+_I64 = struct.Struct(">q")
+_I64_I64 = struct.Struct(">qq")
+
+
+def _string(s: str) -> bytes:
+    data = s.encode()
+    return _I16.pack(len(data)) + data
+
+
 def offset_key(group_id: str, topic: str, partition: int) -> bytes:
-    return encode_key(1, record_spec("OffsetCommitKey").cls(group=group_id, topic=topic, partition=partition))
+    return b"\x00\x01" + _string(group_id) + _string(topic) + _I32.pack(partition)
 
 
 def offset_value(o: OffsetAndMetadata) -> bytes:
     """Value version 1 when it carries an expiry, else 3, as Kafka writes them."""
-    value = record_spec("OffsetCommitValue").cls(
-        offset=o.offset,
-        leader_epoch=o.leader_epoch,
-        metadata=o.metadata,
-        commit_timestamp=o.commit_timestamp,
-        expire_timestamp=-1 if o.expire_timestamp is None else o.expire_timestamp,
-    )
-    return encode_value("OffsetCommit", 3 if o.expire_timestamp is None else 1, value)
+    if o.expire_timestamp is None:
+        return _VALUE_V3.pack(3, o.offset, o.leader_epoch) + _string(o.metadata) + _I64.pack(o.commit_timestamp)
+    return _VALUE_V1.pack(1, o.offset) + _string(o.metadata) + _I64_I64.pack(o.commit_timestamp, o.expire_timestamp)
 
 
 class Offsets:
@@ -132,8 +144,20 @@ class Offsets:
         elif isinstance(group, ClassicGroup) and member_id in group.members:
             self.coordinator.classic.keep_alive(group, group.members[member_id])
         records = [(offset_key(group_id, t, p), offset_value(o)) for (t, p), o in offsets.items()]
-        error = await self.coordinator.write(group_id, records)
+        error = await self.coordinator.write(group_id, records, replay=False)
+        if not error:
+            self.committed(group_id, offsets)
         return write_error(error, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
+
+    def committed(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata]) -> None:
+        """Apply written offsets as :meth:`GroupCoordinator.replay` applies their records
+        (without decoding the records just encoded): an absent group becomes an Empty one.
+        A value of version 1 (with an expiry) keeps no leader epoch, and none is lost: the
+        requests that set an expiry (OffsetCommit v2-4) carry none."""
+        self.by_group.setdefault(group_id, {}).update(offsets)
+        if group_id not in self.coordinator.groups:
+            commit_timestamp = next(iter(offsets.values())).commit_timestamp
+            self.coordinator.add_group(ClassicGroup(group_id, state_timestamp=commit_timestamp))
 
     # -- TxnOffsetCommit ----------------------------------------------------------------
 

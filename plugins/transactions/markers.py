@@ -81,7 +81,8 @@ class MarkerWriter:
                 results.update(dict.fromkeys(tps, ErrorCode.LEADER_NOT_AVAILABLE))
             else:
                 calls.append(self._write_remote(leader, producer_id, epoch, committed, coordinator_epoch, tps))
-        for answer in await asyncio.gather(*calls):
+        # Alone, the one call is awaited in this task (gather would start a task for it).
+        for answer in [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls):
             results.update(answer)
         return results
 

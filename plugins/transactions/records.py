@@ -11,6 +11,7 @@ for byte.
 from __future__ import annotations
 
 import functools
+import struct
 from importlib import resources
 from typing import Any, NamedTuple
 
@@ -60,17 +61,42 @@ def decode_record(key: bytes | memoryview | None, value: bytes | memoryview | No
     return TxnLogRecord(key_struct.transactional_id, version, value_struct)
 
 
+# Every state change writes a record: its key (version 0) and a value of version 0 (not
+# flexible) are packed here, field by field as the generic encoder writes them
+# (tests/test_transactions_recovery.py compares them).
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_VALUE_HEAD = struct.Struct(">hqhib")  # version 0, producer id and epoch, timeout, status
+_VALUE_TAIL = struct.Struct(">qq")  # last update and start timestamps
+
+
 def encode_key(transactional_id: str) -> bytes:
-    w = Writer()
-    w.int16(KEY_VERSION)
-    spec = record_spec("TransactionLogKey")
-    return bytes(spec.encode(KEY_VERSION, spec.cls(transactional_id=transactional_id), w).buf)
+    data = transactional_id.encode()
+    return _I16.pack(KEY_VERSION) + _I16.pack(len(data)) + data
 
 
 def encode_value(value: Any, version: int = VALUE_VERSION) -> bytes:
+    if version == 0:
+        return _encode_value_v0(value)
     w = Writer()
     w.int16(version)
     return bytes(record_spec("TransactionLogValue").encode(version, value, w).buf)
+
+
+def _encode_value_v0(value: Any) -> bytes:
+    out = [
+        _VALUE_HEAD.pack(
+            0, value.producer_id, value.producer_epoch, value.transaction_timeout_ms, value.transaction_status
+        )
+    ]
+    partitions = value.transaction_partitions
+    out.append(_I32.pack(-1 if partitions is None else len(partitions)))
+    for p in partitions or ():
+        topic = p.topic.encode()
+        ids = p.partition_ids
+        out += (_I16.pack(len(topic)), topic, struct.pack(f">i{len(ids)}i", len(ids), *ids))
+    out.append(_VALUE_TAIL.pack(value.transaction_last_update_timestamp_ms, value.transaction_start_timestamp_ms))
+    return b"".join(out)
 
 
 def value_struct(**fields: Any) -> Any:

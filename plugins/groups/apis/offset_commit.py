@@ -8,13 +8,12 @@ from __future__ import annotations
 import time
 
 from brokkr.core.apis import Api
-from brokkr.core.authorization import AclOperation
+from brokkr.core.authorization import AclOperation, Action, ResourceType
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import response_spec
 
 from .. import coordinator_of
 from ..offsets import OffsetAndMetadata
-from . import group_allowed
 
 KEY = 8
 _R = response_spec(KEY)
@@ -24,7 +23,9 @@ OffsetCommitResponsePartition = _R.struct("OffsetCommitResponsePartition")
 
 
 async def handle(broker, ctx, request):
-    if not group_allowed(broker, ctx, AclOperation.READ, [request.group_id])[0]:
+    group_action = Action(AclOperation.READ, ResourceType.GROUP, request.group_id)
+    (group_ok,), allowed = authorize_commit(broker, ctx, [group_action], request.topics)
+    if not group_ok:
         return error_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if not request.group_id:
         return error_response(request, ErrorCode.INVALID_GROUP_ID)
@@ -33,7 +34,7 @@ async def handle(broker, ctx, request):
     if error:
         return error_response(request, error)
     retention = getattr(request, "retention_time_ms", -1)
-    errors, offsets = offsets_to_commit(broker, ctx, coordinator, request.topics, retention)
+    errors, offsets = offsets_to_commit(broker, ctx, coordinator, request.topics, retention, allowed)
     error = coordinator.offsets.validate_commit(
         request.group_id,
         request.generation_id_or_member_epoch,
@@ -47,12 +48,22 @@ async def handle(broker, ctx, request):
     return _response(request, lambda t, p: errors[(t, p)])
 
 
+def authorize_commit(broker, ctx, actions: list[Action], topics) -> tuple[list[bool], dict[str, bool]]:
+    """``actions`` (READ on the group, ...) and READ on each topic, in one authorizer call (a
+    commit's cost is mostly per request): the answers to ``actions``, and each topic's."""
+    names = sorted({t.name for t in topics})
+    answers = broker.authorize(ctx, actions + [Action(AclOperation.READ, ResourceType.TOPIC, n) for n in names])
+    return answers[: len(actions)], dict(zip(names, answers[len(actions) :]))
+
+
 def offsets_to_commit(
-    broker, ctx, coordinator, topics, retention_ms: int | None = -1
+    broker, ctx, coordinator, topics, retention_ms: int | None = -1, allowed: dict[str, bool] | None = None
 ) -> tuple[dict[tuple[str, int], ErrorCode], dict[tuple[str, int], OffsetAndMetadata]]:
     """The offsets a commit request may write and the errors of the partitions it may not
-    (READ on each topic, a known partition, metadata within ``offset.metadata.max.bytes``)."""
-    allowed = broker.authorize_topics(ctx, AclOperation.READ, [t.name for t in topics])
+    (READ on each topic, unless ``allowed`` already says; a known partition, metadata within
+    ``offset.metadata.max.bytes``)."""
+    if allowed is None:
+        allowed = broker.authorize_topics(ctx, AclOperation.READ, [t.name for t in topics])
     now = int(time.time() * 1000)
     expire = now + retention_ms if retention_ms is not None and retention_ms >= 0 else None
     errors: dict[tuple[str, int], ErrorCode] = {}

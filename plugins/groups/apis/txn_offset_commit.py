@@ -26,8 +26,7 @@ from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import response_spec
 
 from .. import coordinator_of
-from . import group_allowed
-from .offset_commit import offsets_to_commit
+from .offset_commit import authorize_commit, offsets_to_commit
 
 KEY = 28
 _R = response_spec(KEY)
@@ -38,15 +37,17 @@ ResponsePartition = _R.struct("TxnOffsetCommitResponsePartition")
 
 async def handle(broker, ctx, request):
     txn_action = Action(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
-    if not broker.authorize(ctx, [txn_action])[0]:
+    group_action = Action(AclOperation.READ, ResourceType.GROUP, request.group_id)
+    (txn_ok, group_ok), allowed = authorize_commit(broker, ctx, [txn_action, group_action], request.topics)
+    if not txn_ok:
         return error_response(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if not group_allowed(broker, ctx, AclOperation.READ, [request.group_id])[0]:
+    if not group_ok:
         return error_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     coordinator = coordinator_of(broker)
     error = coordinator.check_coordinator(request.group_id)
     if error:
         return error_response(request, error)
-    errors, offsets = offsets_to_commit(broker, ctx, coordinator, request.topics)
+    errors, offsets = offsets_to_commit(broker, ctx, coordinator, request.topics, allowed=allowed)
     error = ErrorCode.NONE
     if ctx.api_version >= 3 and (request.member_id or request.generation_id >= 0):
         error = coordinator.offsets.validate_commit(

@@ -24,7 +24,7 @@ from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import response_spec
 
 from ..errors import for_version
-from . import coordinator, txn_allowed
+from . import coordinator
 
 KEY = 24
 _R = response_spec(KEY)
@@ -50,9 +50,16 @@ async def _one(broker, ctx, txn_id: str, producer_id: int, epoch: int, topics, v
     partitions = _partitions(topics)
     if not partitions:
         return {}
-    if not txn_allowed(broker, ctx, AclOperation.WRITE, [txn_id])[0]:
+    # The transactional id and the topics in one authorizer call (a producer sends one a transaction).
+    names = sorted({t for t, _ in partitions})
+    answers = broker.authorize(
+        ctx,
+        [Action(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)]
+        + [Action(AclOperation.WRITE, ResourceType.TOPIC, t) for t in names],
+    )
+    if not answers[0]:
         return dict.fromkeys(partitions, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    allowed = broker.authorize_topics(ctx, AclOperation.WRITE, [t for t, _ in partitions])
+    allowed = dict(zip(names, answers[1:]))
     failed: dict[tuple[str, int], int] = {}
     for topic, index in partitions:
         if not allowed[topic]:
