@@ -183,19 +183,35 @@ class Channel(asyncio.BufferedProtocol):
         of input, ConnectionError when the connection is lost, TimeoutError when idle."""
         while self._end - self._start < _SIZE_BYTES:
             await self._wait(idle_s, _SIZE_BYTES - (self._end - self._start))
-        size = int.from_bytes(self._buf[self._start : self._start + _SIZE_BYTES], "big", signed=True)
-        self._start += _SIZE_BYTES
-        return size
+        return self.size_now()
+
+    def size_now(self) -> int | None:
+        """:meth:`read_size` without waiting: the size prefix if it is buffered, else None
+        (nothing taken). The server asks this first, which costs no coroutine."""
+        start = self._start
+        if self._end - start < _SIZE_BYTES:
+            return None
+        self._start = start + _SIZE_BYTES
+        return int.from_bytes(self._buf[start : start + _SIZE_BYTES], "big", signed=True)
+
+    def body_now(self, size: int) -> bytearray | None:
+        """:meth:`read_body` without waiting: the body if all of it is buffered (small or
+        pipelined frames), else None (nothing taken)."""
+        start = self._start
+        if self._end - start < size:
+            return None
+        body = self._buf[start : start + size]
+        self._taken(size)
+        return body
 
     async def read_body(self, size: int, idle_s: float, pool: FramePool | None = None) -> bytearray | memoryview:
         """The ``size`` bytes of a frame's body (its size checked by the caller). A Produce
         frame that fits ``pool``'s buffers is read into one of them; :meth:`release`
         gives it back once the request is answered."""
-        buffered = self._end - self._start
-        if buffered >= size:  # all here already (small or pipelined frames)
-            body = self._buf[self._start : self._start + size]
-            self._taken(size)
+        body = self.body_now(size)
+        if body is not None:
             return body
+        buffered = self._end - self._start
         start = self._start
         if pool is not None and size <= pool.size and buffered >= 2 and self._buf[start : start + 2] == _PRODUCE:
             body = self._pooled = pool.take()
@@ -345,6 +361,12 @@ class Channel(asyncio.BufferedProtocol):
         self._corked, self._corked_bytes = [], 0
         if not (self._closed or self.transport.is_closing()):  # a lost connection drops them, as asyncio would
             self.transport.write(corked[0] if len(corked) == 1 else b"".join(corked))
+
+    @property
+    def blocked(self) -> bool:
+        """Whether :meth:`drain` has anything to do (it waits, or raises): the transport
+        took too much already, or the connection is gone. Asked before calling it."""
+        return self._writing_paused or self._closed
 
     async def drain(self, idle_s: float) -> None:
         """Wait until the transport takes what was written (below its high-water mark).

@@ -78,6 +78,14 @@ class RequestQueue:
     def _full(self) -> bool:
         return self.requests >= self.max_requests or (self.max_bytes > 0 and self.bytes >= self.max_bytes)
 
+    def try_admit(self, size: int) -> bool:
+        """:meth:`admit` where there is room now (True), without a coroutine; else False."""
+        if self._full():
+            return False
+        self.requests += 1
+        self.bytes += size
+        return True
+
     async def admit(self, size: int) -> None:
         while self._full():
             self._freed.clear()

@@ -167,8 +167,8 @@ class Partition:
         one batch per partition. Raises RecordsError for a fenced epoch or a sequence out
         of order."""
         first = offset = self.log.log_end_offset
-        assigned = []
-        for h in validated.batches:
+        batches = validated.batches
+        for h in batches:
             duplicate = self.producers.check_and_find_duplicate(h, offset)
             if duplicate is not None:
                 return AppendInfo(
@@ -180,13 +180,13 @@ class Partition:
                     duplicate=True,
                 )
             patch_batch(validated.records, h.position, offset, self.leader_epoch)
-            assigned.append(offset)
             offset += h.last_offset_delta + 1
         info = self._append_stored(
             validated.records, first, offset - 1, validated.max_timestamp, validated.record_count
         )
-        for h, at in zip(validated.batches, assigned):
-            self.producers.update(h, at)
+        for h in batches:  # each at the offset it was given above, without a list of them
+            self.producers.update(h, first)
+            first += h.last_offset_delta + 1
         if info.rolled is not None:
             self.take_producer_snapshot()
         self.bytes_appended += info.size

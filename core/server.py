@@ -200,7 +200,11 @@ class Server:
                     else (max_bytes, "socket.request.max.bytes")
                 )
                 try:
-                    size = await channel.read_size(idle_s)
+                    # The common frame is buffered already and admitted at once: taken
+                    # without a coroutine for each step (the awaits are for waiting).
+                    size = channel.size_now()
+                    if size is None:
+                        size = await channel.read_size(idle_s)
                     if size < 0 or size > limit:
                         log.warning(
                             "%s: frame of %d bytes is outside [0, %s=%d]; closing",
@@ -211,10 +215,13 @@ class Server:
                         )
                         return
                     # Waiting here is waiting for the broker, not the client: no idle timeout.
-                    await self.requests.admit(size)
+                    if not self.requests.try_admit(size):
+                        await self.requests.admit(size)
                     try:
-                        frame = await channel.read_body(size, idle_s, self.frames)
-                        keep_open, throttle_ms = await self._answer(conn, sasl, principal, frame, channel)
+                        frame = channel.body_now(size)
+                        if frame is None:
+                            frame = await channel.read_body(size, idle_s, self.frames)
+                        keep_open, throttle_ms = await self._answer(conn, sasl, principal, frame, channel, idle_s)
                         del frame
                     finally:
                         channel.release(self.frames)
@@ -241,10 +248,10 @@ class Server:
             channel.close()
             log.debug("%s: closed", conn.connection_id)
 
-    async def _answer(self, conn, sasl, principal, frame, channel: Channel) -> tuple[bool, int]:
+    async def _answer(self, conn, sasl, principal, frame, channel: Channel, idle_s: float) -> tuple[bool, int]:
         """Answer one frame: (keep the connection open?, throttle time in ms). Raises
-        TimeoutError when the response cannot be written within connections.max.idle.ms."""
-        idle_s = self.broker.config["connections.max.idle.ms"] / 1000
+        TimeoutError when the response cannot be written within connections.max.idle.ms
+        (``idle_s``)."""
         if sasl is not None:
             if sasl.intercepts(frame):
                 outcome = await sasl.authenticate(frame)
@@ -274,5 +281,6 @@ class Server:
             # drain's traceback (kept in reference cycles until the next full collection)
             # does not keep a large response alive after its client is gone.
             del response
-            await channel.drain(idle_s)  # a client that stops reading is closed like an idle one
+            if channel.blocked:  # a client that stops reading is closed like an idle one
+                await channel.drain(idle_s)
         return True, throttle_ms

@@ -48,6 +48,7 @@ from .conversion import rebuild, sequential_offsets
 from .errors import BrokkrError, CorruptRequest, ErrorCode
 from .plugins import hookimpl
 from .protocol.records import (
+    CODEC_MASK,
     HEADER_SIZE,
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
@@ -171,18 +172,27 @@ def prepare_batch(
     batch's record lengths): the finished :class:`ValidatedRecords` when that settles every
     rule (an uncompressed batch stored uncompressed), else the :class:`RecordWalk` still to
     do. Raises RecordsError."""
-    records = memoryview(records or b"")
+    if type(records) is not memoryview:  # a request's records are a view already
+        records = memoryview(records or b"")
     config = partition.topic.config
-    header = _checked_header(partition, records, api_version, codecs, config["max.message.bytes"])
-    target = target_codec_id(config["compression.type"], header.codec)
+    topic_settings = config.derived.get(prepare_batch)
+    if topic_settings is None:  # read once per change of the topic's settings
+        topic_settings = config.derived[prepare_batch] = (
+            config["max.message.bytes"],
+            config["compression.type"],
+            RecordRules.settings(config),
+        )
+    max_message_bytes, compression_type, settings = topic_settings
+    header = _checked_header(partition, records, api_version, codecs, max_message_bytes)
+    codec = header.codec
+    target = target_codec_id(compression_type, codec)
     if target not in codecs:
         raise RecordsError(
             ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
             f"Compression type {target} of topic {partition.topic.name} is not available on this broker",
         )
-    settings = RecordRules.settings(config)
     if (
-        header.codec == NONE_ID
+        codec == NONE_ID
         and target == NONE_ID
         and not need_records(header, now, settings)
         and header.record_count <= INLINE_C_RECORDS
@@ -203,7 +213,6 @@ def prepare_batch(
             f"Invalid record in topic partition {partition.name}: {header.record_count} records cannot fit in "
             f"{room} bytes",
         )
-    max_message_bytes = config["max.message.bytes"]
     # Stored uncompressed, a rebuilt batch holds at least MIN_RECORD_SIZE bytes a record:
     # refuse one that cannot fit the topic's max.message.bytes before walking it.
     if target == NONE_ID and header.codec != NONE_ID:
@@ -340,7 +349,8 @@ def _checked_header(
     if _produce is not None:
         header = _produce.check_batch(records, api_version, max_message_bytes, BatchHeader)
         if header is not None:
-            _check_codec(header, codecs)
+            if header.attributes & CODEC_MASK not in codecs:
+                _check_codec(header, codecs)  # raises
             return header
     header = _single_batch(records, api_version)
     _check_header(partition, records, header, codecs)

@@ -295,3 +295,59 @@ def test_a_client_sending_little_at_a_time_or_frames_larger_than_the_buffer_keep
         assert len(channel.get_buffer(-1)) == READ_BUFFER_BYTES, "the read buffer did not grow"
 
     asyncio.run(main())
+
+
+def test_frames_taken_without_waiting_are_those_the_waiting_reads_return_at_every_cut():
+    """The server asks ``size_now``/``body_now`` first and awaits ``read_size``/``read_body``
+    only when they answer None: over a stream of pipelined frames cut at every byte, the
+    frames taken that way are the stream's frames, in order, and an answer of None takes
+    nothing."""
+    bodies = [b"a" * 5, b"", b"b" * 300, bytes(range(7))]
+    stream = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
+
+    async def read_all(cut: int) -> tuple[list[bytes], int]:
+        channel = Channel()
+        channel.connection_made(_Transport())
+        _receive(channel, stream[:cut])
+        got, at_once = [], 0
+        loop = asyncio.get_running_loop()
+
+        def arrive(rest: bytes) -> None:  # as a transport reads: as much as offered, each turn
+            if rest:
+                loop.call_soon(arrive, rest[_receive(channel, rest) :])
+
+        loop.call_soon(arrive, stream[cut:])
+        while len(got) < len(bodies):
+            size = channel.size_now()
+            body = channel.body_now(size) if size is not None else None
+            if body is not None:
+                at_once += 1
+            else:
+                size = size if size is not None else await channel.read_size(1.0)
+                body = await channel.read_body(size, 1.0)
+            got.append(bytes(body))
+        return got, at_once
+
+    for cut in range(len(stream) + 1):
+        got, at_once = asyncio.run(read_all(cut))
+        assert got == bodies, f"cut at {cut}"
+        frames_before_cut = sum(1 for end in _frame_ends(bodies) if end <= cut)
+        assert at_once >= frames_before_cut, f"cut at {cut}: a buffered frame was waited for"
+
+    async def nothing_taken() -> None:
+        channel = Channel()
+        channel.connection_made(_Transport())
+        _receive(channel, b"\x00\x00\x00\x05ab")
+        assert channel.size_now() == 5 and channel.body_now(5) is None, "three of five bytes: no body yet"
+        _receive(channel, b"cde")
+        assert channel.body_now(5) == b"abcde" and channel.size_now() is None
+
+    asyncio.run(nothing_taken())
+
+
+def _frame_ends(bodies: list[bytes]) -> list[int]:
+    ends, at = [], 0
+    for body in bodies:
+        at += 4 + len(body)
+        ends.append(at)
+    return ends

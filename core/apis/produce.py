@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 
 from ..authorization import AclOperation, Action, ResourceType
 from ..errors import CloseConnection, CorruptRequest, ErrorCode
@@ -30,6 +31,7 @@ from .common import NoResponse, partition_of, resolve_topic
 
 log = logging.getLogger("brokkr.produce")
 _NONE = ErrorCode.NONE  # a module constant: an IntEnum member costs a class lookup each time
+_BATCH_LENGTH = struct.Struct(">i")  # a record batch's length field, at offset 8
 
 KEY = 0
 TOPIC_IDS_VERSION = 13
@@ -61,10 +63,16 @@ async def handle(broker, ctx, request):
         if not authorized:
             return error_response(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
-    topics = [(t, *resolve_topic(broker, t.name, t.topic_id, by_id)) for t in request.topic_data]
-    allowed = broker.authorize_topics(
-        ctx, AclOperation.WRITE, (topic.name if topic else t.name for t, topic, _ in topics if topic or not by_id)
-    )
+    topics = []
+    names = []  # to authorize: every topic found, and by name those not found
+    for t in request.topic_data:
+        topic, code = resolve_topic(broker, t.name, t.topic_id, by_id)
+        topics.append((t, topic, code))
+        if topic is not None:
+            names.append(topic.name)
+        elif not by_id:
+            names.append(t.name)
+    allowed = broker.authorize_topics(ctx, AclOperation.WRITE, names)
 
     verified = await _verify_transaction(broker, ctx, request, transactional, topics, allowed) if transactional else {}
     responses = []
@@ -88,7 +96,10 @@ async def handle(broker, ctx, request):
                 res = _result(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION)
             else:
                 partition = found[0]
-                res, next_offset = await _append(broker, ctx, partition, pd.records, acks)
+                appended = _append(broker, ctx, partition, pd.records, acks)
+                if type(appended) is not tuple:  # validated off the loop, or answered after an fsync
+                    appended = await appended
+                res, next_offset = appended
                 if not res.error_code:
                     produced_bytes += len(pd.records)
                     if acks == -1:
@@ -115,22 +126,21 @@ def _transactional_headers(request) -> dict[int, BatchHeader]:
     found = {}
     for t in request.topic_data:
         for pd in t.partition_data:
-            h = _first_transactional(pd.records)
+            records = pd.records
+            if records is None or (
+                (size := len(records)) >= HEADER_SIZE
+                and records[MAGIC_OFFSET] == 2
+                and not records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG
+                and _BATCH_LENGTH.unpack_from(records, 8)[0] + LOG_OVERHEAD == size
+            ):
+                continue  # one plain batch, as Produce v3+ sends: known without decoding its header
+            h = _first_transactional(records)
             if h is not None:
                 found[id(pd)] = h
     return found
 
 
-def _first_transactional(records: memoryview | None) -> BatchHeader | None:
-    if records is None:
-        return None
-    if (
-        len(records) >= HEADER_SIZE
-        and records[MAGIC_OFFSET] == 2
-        and not records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG
-        and int.from_bytes(records[8:12], "big", signed=True) + LOG_OVERHEAD == len(records)
-    ):
-        return None  # one plain batch, as Produce v3+ sends: known without decoding its header
+def _first_transactional(records: memoryview) -> BatchHeader | None:
     try:
         return next((h for h in iter_batches_untrusted(records) if h.is_transactional), None)
     except CorruptRequest:
@@ -199,8 +209,10 @@ def _unverified(index: int, code: ErrorCode) -> PartitionProduceResponse:
     return _result(index, code)
 
 
-async def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProduceResponse, int]:
-    """Validate and append one partition's records: (its response, the next offset)."""
+def _append(broker, ctx, partition, records, acks):
+    """Validate and append one partition's records: (its response, the next offset), or
+    where validation runs off the event loop or the append waits for its fsync, an
+    awaitable of them. The common append, validated and written here, creates no coroutine."""
     if acks == -1 and len(partition.isr) < partition.config["min.insync.replicas"]:
         return _result(
             partition.index,
@@ -211,24 +223,32 @@ async def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProdu
     try:
         validated = broker.hot.brokkr_validate_records(partition=partition, records=records, context=ctx, broker=broker)
         if not isinstance(validated, ValidatedRecords):  # a walk off the event loop
-            validated = await validated
-            if broker.partition(partition.topic.name, partition.index) is not partition:  # deleted meanwhile
-                return _result(partition.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1
+            return _append_later(broker, ctx, partition, validated)
         info = broker.append(partition, validated)
         if info.flushed is not None:  # flush.messages reached: answered once the fsync (off the loop) is done
+            return _append_later(broker, ctx, partition, None, validated, info)
+    except Exception as exc:
+        return _failed(broker, ctx, partition, exc)
+    return _appended(partition, validated, info)
+
+
+async def _append_later(broker, ctx, partition, validating, validated=None, info=None):
+    """The rest of :func:`_append` where it waits: for the walk ``validating`` (then the
+    append), or for the fsync of ``info``."""
+    try:
+        if validating is not None:
+            validated = await validating
+            if broker.partition(partition.topic.name, partition.index) is not partition:  # deleted meanwhile
+                return _result(partition.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1
+            info = broker.append(partition, validated)
+        if info.flushed is not None:
             await asyncio.wrap_future(info.flushed)
-    except RecordsError as exc:
-        broker.refusals.refused(partition.name, ctx, exc.code, str(exc))
-        res = _result(partition.index, exc.code, str(exc))
-        res.record_errors = [
-            BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors
-        ]
-        return res, -1
-    except OSError as exc:  # the disk failed the write (logged once by the partition); no partial batch is kept
-        return _result(partition.index, ErrorCode.KAFKA_STORAGE_ERROR, f"Error writing the log: {exc}"), -1
-    except Exception:
-        log.exception("append to %s failed", partition.name)
-        return _result(partition.index, ErrorCode.UNKNOWN_SERVER_ERROR), -1
+    except Exception as exc:
+        return _failed(broker, ctx, partition, exc)
+    return _appended(partition, validated, info)
+
+
+def _appended(partition, validated, info) -> tuple[PartitionProduceResponse, int]:
     res = PartitionProduceResponse(
         index=partition.index,
         error_code=_NONE,
@@ -237,6 +257,21 @@ async def _append(broker, ctx, partition, records, acks) -> tuple[PartitionProdu
         log_start_offset=partition.log.log_start_offset,
     )
     return res, info.last_offset + 1
+
+
+def _failed(broker, ctx, partition, exc: Exception) -> tuple[PartitionProduceResponse, int]:
+    """The answer to an append that raised ``exc`` (called in its ``except`` clause)."""
+    if isinstance(exc, RecordsError):
+        broker.refusals.refused(partition.name, ctx, exc.code, str(exc))
+        res = _result(partition.index, exc.code, str(exc))
+        res.record_errors = [
+            BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors
+        ]
+        return res, -1
+    if isinstance(exc, OSError):  # the disk failed the write (logged once by the partition); no partial batch is kept
+        return _result(partition.index, ErrorCode.KAFKA_STORAGE_ERROR, f"Error writing the log: {exc}"), -1
+    log.exception("append to %s failed", partition.name)
+    return _result(partition.index, ErrorCode.UNKNOWN_SERVER_ERROR), -1
 
 
 async def _await_replication(broker, timeout_ms, waiting) -> None:
