@@ -1040,6 +1040,10 @@ class JsonSchema:
         return jsontext.dumps(self.raw, sort_keys=True)
 
     def validate(self, payload: memoryview) -> None:
+        self.decode(payload)
+
+    def decode(self, payload: memoryview) -> Any:
+        """The payload's JSON value, validated as ``validate`` does (raises InvalidPayload)."""
         try:
             value = jsontext.loads(bytes(payload), jsontext.MAX_VALUE_NESTING)
         except ValueError as exc:
@@ -1054,6 +1058,7 @@ class JsonSchema:
             # jsonschema's messages quote the value: a long one is named by its keyword only.
             message = error.message if len(error.message) <= 200 else f"the value fails its {error.validator!r} keyword"
             raise InvalidPayload(f"does not match the JSON schema at {error.json_path}: {message}")
+        return value
 
     def __repr__(self) -> str:
         return f"JsonSchema({self.canonical()})"

@@ -1,5 +1,6 @@
-"""brokkr's log in Spark: the ``brokkr`` data source (:mod:`.datasource`) and a helper that
-starts a SparkSession with it registered.
+"""brokkr's log in Spark: the ``brokkr`` data source (:mod:`.datasource`), the
+``brokkr_table`` one reading the mirror's Iceberg and Delta tables (:mod:`.table_source`),
+and a helper that starts a SparkSession with both registered.
 
 Importing this package does not import PySpark (a broker loading a sink from here does
 not need it); :class:`BrokkrDataSource` and :func:`session` import it when used.
@@ -29,6 +30,7 @@ def session(master: str = "local[*]", app_name: str = "brokkr", conf: Mapping[st
     from pyspark.sql import SparkSession
 
     from .datasource import BrokkrDataSource
+    from .table_source import BrokkrTableDataSource
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -44,6 +46,7 @@ def session(master: str = "local[*]", app_name: str = "brokkr", conf: Mapping[st
         builder = builder.config(key, str(value) if not isinstance(value, str) else value)
     spark = builder.getOrCreate()
     spark.dataSource.register(BrokkrDataSource)
+    spark.dataSource.register(BrokkrTableDataSource)  # the mirror's Iceberg and Delta tables
     return spark
 
 

@@ -27,6 +27,7 @@ mirrors at its own pace; ``brokkr mirror`` uses :func:`backfill` and :func:`stat
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -117,6 +118,14 @@ class CommitLog:
         entry["updated_ms"] = int(time.time() * 1000)
         self.directory.mkdir(parents=True, exist_ok=True)
         _write_atomically(self._path(topic, partition), json.dumps(entry, indent=1).encode())
+
+    def mark(self, topic: str, partition: int, end: int) -> None:
+        """Record ``end`` as mirrored, no files (a table keeps its own record: this copy is
+        only the broker's view, for retention)."""
+        entry = {"topic": topic, "partition": partition, "mirrored_offset": end, "files": []}
+        entry["updated_ms"] = int(time.time() * 1000)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        _write_atomically(self._path(topic, partition), json.dumps(entry).encode())
 
     def all(self) -> dict[tuple[str, int], int]:
         out = {}
@@ -263,6 +272,139 @@ class Mirror:
                 fs.delete(st.getPath(), True)
 
 
+class TableMirror:
+    """Writes ranges of segments into a topic's Iceberg or Delta table
+    (:mod:`brokkr.plugins.sinks.spark.tables`): Spark's executors decode and shape the rows,
+    this driver commits them with the offsets they cover, at most ``flush_records`` offsets
+    per commit. Where to start comes from the table; the commit log is only written after
+    (the broker's view of the progress, for its retention)."""
+
+    def __init__(self, spark: Any, settings: Any, commit_dir: str | Path | None = None):
+        from .tables import tables_for
+
+        self.spark = spark
+        self.settings = settings
+        self.tables = tables_for(settings)
+        local = local_path(settings.lake)
+        self.commits = (
+            CommitLog(default_commit_dir(settings.lake, str(commit_dir) if commit_dir else None))
+            if (commit_dir or local is not None)
+            else None
+        )
+        #: Per topic, from the broker's work file: {"mode": ..., "upsert": ...}
+        self.topic_settings: dict[str, dict[str, Any]] = {}
+        self.seen: set[str] = set()
+        self._typers: dict[tuple[str, str], Any] = {}
+        self._next_maintenance = time.monotonic() + settings.compact_interval_s
+
+    def configure(self, topic: str, options: Mapping[str, Any]) -> None:
+        self.topic_settings[topic] = dict(options)
+
+    def mode(self, topic: str) -> str:
+        return self.topic_settings.get(topic, {}).get("mode") or self.settings.mode
+
+    def upsert(self, topic: str) -> bool:
+        return bool(self.topic_settings.get(topic, {}).get("upsert", self.settings.upsert))
+
+    def mirror(self, r: Range) -> int:
+        committed = self.tables.mirrored_offset(r.topic, r.partition)
+        if r.end <= committed:
+            self._report(r.topic, r.partition, committed)
+            return 0
+        start = max(r.start, committed)
+        if start > committed:
+            log.warning(
+                "%s-%d: offsets %d..%d are gone from the log, not mirrored", r.topic, r.partition, committed, start
+            )
+        self.seen.add(r.topic)
+        step = self.settings.flush_records
+        for lo in range(start, r.end, step):
+            hi = min(lo + step, r.end)
+            rows, dead = self.rows(r, lo, hi)
+            if dead is not None:
+                self._dead_letters(r.topic, r.partition, lo, hi, dead)
+            written = self.tables.commit(
+                r.topic, r.partition, lo, hi, rows, upsert=self.upsert(r.topic), crash=lambda: _maybe_crash()
+            )
+            self._report(r.topic, r.partition, hi)
+            log.info(
+                "mirrored %s-%d offsets %d..%d into its %s table (%d rows)",
+                r.topic,
+                r.partition,
+                lo,
+                hi - 1,
+                self.settings.format,
+                written,
+            )
+        return r.end - start
+
+    def rows(self, r: Range, lo: int, hi: int) -> tuple[Any, Any]:
+        """Offsets ``[lo, hi)`` of ``r``'s segment as the table's rows and the dead letters
+        (Arrow; None in key_value mode), decoded and shaped by Spark's executors."""
+        from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
+
+        from .tables import KAFKA_SQL, KEY_VALUE, decode_batches, key_value_rows, typed_rows
+
+        df = (
+            self.spark.read.format("brokkr")
+            .option("topic", r.topic)
+            .option("startingOffset", str(lo))
+            .option("endingOffset", str(hi))
+            .load(r.path)
+            .selectExpr("key", "value", KAFKA_SQL)
+        )
+        mode = self.mode(r.topic)
+        if mode == KEY_VALUE:
+            return key_value_rows(df.toArrow()), None
+        typer = self.typer(r.topic, mode)
+        extra = [StructField("schema_id", IntegerType()), StructField("reason", StringType())]
+        schema = StructType([*df.schema.fields, *extra, StructField("row", BinaryType())])
+        decoded = df.mapInArrow(functools.partial(decode_batches, typer), schema).toArrow()
+        return typed_rows(decoded, typer, self.tables.schema(r.topic), r.topic)
+
+    def typer(self, topic: str, mode: str) -> Any:
+        from .typed import ValueTyper
+
+        if not self.settings.registry_url:
+            raise ValueError(
+                f"{topic}: the table mode {mode} needs a schema registry (brokkr.sink.schema.registry.url)"
+            )
+        key = (topic, mode)
+        if key not in self._typers:
+            self._typers[key] = ValueTyper(self.settings.registry_url, topic, mode)
+        return self._typers[key]
+
+    def _dead_letters(self, topic: str, partition: int, lo: int, hi: int, dead: Any) -> None:
+        """Commit the records that cannot be rows to ``<topic>_dlq``, with the same offsets
+        record (so a replay after a crash adds none twice); before the rows' own commit."""
+        import pyarrow.compute as pc
+
+        from .tables import DLQ_SUFFIX
+
+        dlq = topic + DLQ_SUFFIX
+        done = self.tables.mirrored_offset(dlq, partition)
+        if done >= hi or not len(dead):
+            return
+        dead = dead.filter(pc.greater_equal(pc.struct_field(dead.column("kafka"), "offset"), done))
+        if len(dead):
+            self.tables.commit(dlq, partition, max(lo, done), hi, dead)
+            log.warning("%s-%d: %d records to %s (offsets %d..%d)", topic, partition, len(dead), dlq, lo, hi - 1)
+
+    def _report(self, topic: str, partition: int, end: int) -> None:
+        if self.commits is not None and self.commits.mirrored_offset(topic, partition) != end:
+            self.commits.mark(topic, partition, end)
+
+    def tick(self) -> None:
+        """Maintenance when due (every ``compact_interval_s``; 0: never): compaction of small
+        files, expiry of old snapshots, for the tables this process wrote."""
+        from .tables import maintain
+
+        if self.settings.compact_interval_s <= 0 or time.monotonic() < self._next_maintenance:
+            return
+        maintain(self.tables, sorted(self.seen))
+        self._next_maintenance = time.monotonic() + self.settings.compact_interval_s
+
+
 CORRUPT_COLUMN = "_brokkr_unparsed"
 
 
@@ -337,12 +479,20 @@ class PartitionStatus:
         return max(self.log_end_offset - self.mirrored_offset, 0)
 
 
-def status(log_dir: str | Path, lake: str, commit_dir: str | None = None, topics: Iterable[str] = ()) -> list:
-    """Per partition of ``log_dir``: its log end offset, the offset mirrored up to, the lag."""
-    commits = CommitLog(default_commit_dir(lake, commit_dir))
+def status(
+    log_dir: str | Path, lake: str, commit_dir: str | None = None, topics: Iterable[str] = (), settings: Any = None
+) -> list:
+    """Per partition of ``log_dir``: its log end offset, the offset mirrored up to (from the
+    commit logs, or from a table's own record with table ``settings``), the lag."""
+    if settings is not None:
+        from .tables import tables_for
+
+        mirrored = tables_for(settings).mirrored_offset
+    else:
+        mirrored = CommitLog(default_commit_dir(lake, commit_dir)).mirrored_offset
     out = []
     for (topic, partition), ranges in sorted(log_ranges(log_dir, topics).items()):
-        out.append(PartitionStatus(topic, partition, ranges[-1].end, commits.mirrored_offset(topic, partition)))
+        out.append(PartitionStatus(topic, partition, ranges[-1].end, mirrored(topic, partition)))
     return out
 
 
@@ -377,6 +527,8 @@ def follow(mirror: Mirror, work_file: Path, poll_s: float, active_interval_s: fl
             work = {"partitions": []}
         for p in work["partitions"]:
             topic, partition = p["topic"], p["partition"]
+            if "table" in p and hasattr(mirror, "configure"):
+                mirror.configure(topic, p["table"])
             hw = p["high_watermark"]  # the broker's last stable offset: never mirror past it
             for base, end, path in p["closed"]:
                 if stop():
@@ -390,9 +542,89 @@ def follow(mirror: Mirror, work_file: Path, poll_s: float, active_interval_s: fl
                 base, path = active
                 if hw > base and not stop():
                     mirror.mirror(Range(topic, partition, base, hw, path))
+        if hasattr(mirror, "tick") and not stop():
+            mirror.tick()
         deadline = time.monotonic() + poll_s
         while not stop() and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+#: The Iceberg catalog's properties as a JSON object, from the sink (they may hold credentials).
+CATALOG_ENV = "BROKKR_MIRROR_ICEBERG_CATALOG"
+
+
+def add_table_options(parser: argparse.ArgumentParser) -> None:
+    """The table settings (``brokkr.sink.format``, ``brokkr.sink.table.*``, ``brokkr.sink.iceberg.*``)
+    as options of the mirror process and of ``brokkr mirror``."""
+    from .tables import FORMATS, KEY_VALUE, MODES, TableSettings
+
+    d = TableSettings()
+    parser.add_argument("--format", choices=FORMATS, default="parquet", help="parquet (default), iceberg or delta")
+    parser.add_argument(
+        "--table-mode", choices=MODES, default=KEY_VALUE, help="the rows of a table (default key_value)"
+    )
+    parser.add_argument("--upsert", action="store_true", help="tables hold the latest row per key")
+    parser.add_argument("--partition-spec", help="the tables' partition spec, e.g. day(timestamp)")
+    parser.add_argument(
+        "--iceberg-catalog",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pyiceberg catalog property; repeatable (default: SQLite under the lake)",
+    )
+    parser.add_argument("--iceberg-namespace", default=d.namespace)
+    parser.add_argument("--flush-records", type=int, default=d.flush_records, help="the most offsets per table commit")
+    parser.add_argument("--compact-interval-ms", type=int, default=int(d.compact_interval_s * 1000))
+    parser.add_argument("--compact-min-files", type=int, default=d.compact_min_files)
+    parser.add_argument("--target-file-bytes", type=int, default=d.target_file_bytes)
+    parser.add_argument("--snapshot-retention-ms", type=int, default=int(d.snapshot_retention_s * 1000))
+    parser.add_argument("--registry-url", help="the schema registry of the typed modes")
+
+
+def table_settings(args: argparse.Namespace, lake: str) -> Any:
+    """The TableSettings of parsed options (None for the parquet format); ValueError when invalid."""
+    from .tables import TableSettings
+
+    if args.format == "parquet":
+        return None
+    catalog = {**json.loads(os.environ.get(CATALOG_ENV) or "{}"), **dict(i.split("=", 1) for i in args.iceberg_catalog)}
+    settings = TableSettings(
+        format=args.format,
+        lake=lake,
+        mode=args.table_mode,
+        upsert=args.upsert,
+        partition=args.partition_spec,
+        catalog=catalog,
+        namespace=args.iceberg_namespace,
+        flush_records=args.flush_records,
+        compact_interval_s=args.compact_interval_ms / 1000,
+        compact_min_files=args.compact_min_files,
+        target_file_bytes=args.target_file_bytes,
+        snapshot_retention_s=args.snapshot_retention_ms / 1000,
+        registry_url=args.registry_url,
+    )
+    try:
+        settings.check()
+    except ValueError as exc:
+        from brokkr.core.errors import ConfigError
+
+        raise ConfigError(str(exc)) from None
+    return settings
+
+
+def _die_with_parent() -> None:
+    """Killed (SIGKILL) as soon as the broker that started this process dies, even of a
+    SIGKILL: an orphan would go on writing the tables beside the restarted broker's own
+    mirror. Linux only (prctl); elsewhere the work file's owner stopping is what ends it."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl
+        os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -406,10 +638,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-ms", type=int, default=1000)
     parser.add_argument("--active-interval-ms", type=int, default=60000)
     parser.add_argument("--value-schema", action="append", default=[], metavar="TOPIC=DDL")
+    add_table_options(parser)
     args = parser.parse_args(argv)
+    settings = table_settings(args, args.lake)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # PySpark's own (e.g. a pandas it has not been tested with): not the broker's log's business
     warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
+    _die_with_parent()
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     conf = {**json.loads(os.environ.get(CONF_ENV) or "{}"), **dict(item.split("=", 1) for item in args.conf)}
@@ -422,7 +657,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         schemas = dict(item.split("=", 1) for item in args.value_schema)
-        mirror = Mirror(spark, args.lake, args.commit_dir, schemas)
+        if settings is not None:
+            mirror: Any = TableMirror(spark, settings, args.commit_dir)
+        else:
+            mirror = Mirror(spark, args.lake, args.commit_dir, schemas)
         follow(mirror, Path(args.work), args.poll_ms / 1000, args.active_interval_ms / 1000, lambda: bool(stopping))
     finally:
         spark.stop()

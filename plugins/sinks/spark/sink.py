@@ -28,12 +28,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from brokkr.core.config import ConfigDef, ConfigType
+from brokkr.core.config import ConfigDef, ConfigType, one_of
 from brokkr.core.errors import ConfigError
 from brokkr.core.plugins import hookimpl
 from brokkr.core.sinks import SinkProgress
 
-from .mirror import CONF_ENV, CommitLog, default_commit_dir
+from .mirror import CATALOG_ENV, CONF_ENV, CommitLog, default_commit_dir
+from .tables import FORMATS, KEY_VALUE, MODES, TableSettings, parse_partition_spec
 
 if TYPE_CHECKING:
     from brokkr.core.broker import Broker
@@ -43,9 +44,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("brokkr.sink.spark")
 
 CONF_PREFIX = "brokkr.sink.spark.conf."
+#: ``brokkr.sink.iceberg.catalog.<property>``: pyiceberg's catalog properties.
+CATALOG_PREFIX = "brokkr.sink.iceberg.catalog."
+TABLE_MODE = "brokkr.sink.table.mode"
+TABLE_UPSERT = "brokkr.sink.table.upsert"
 #: ``brokkr.sink.value.schema.<topic>=<Spark DDL>``: typed columns parsed from JSON values.
 SCHEMA_PREFIX = "brokkr.sink.value.schema."
 WORK_FILE = "brokkr-sink-spark-work.json"
+
+
+def _partition_spec(value: str) -> None:
+    parse_partition_spec(value)
+
+
+def _positive(value: int) -> None:
+    if value <= 0:
+        raise ValueError("must be positive")
+
 
 CONFIGS = [
     ConfigDef(
@@ -83,6 +98,87 @@ CONFIGS = [
     ConfigDef("brokkr.sink.spark.app.name", ConfigType.STRING, "brokkr-mirror", "The Spark application name."),
     ConfigDef(CONF_PREFIX, ConfigType.STRING, None, "conf.<key>: any Spark setting, passed as given.", prefix=True),
     ConfigDef(SCHEMA_PREFIX, ConfigType.STRING, None, "<topic>: Spark DDL of the topic's JSON values.", prefix=True),
+    # -- tables (plugins/sinks/spark/tables.py) --
+    ConfigDef(
+        "brokkr.sink.format",
+        ConfigType.STRING,
+        "parquet",
+        "parquet (Parquet files and brokkr's commit logs), iceberg or delta (one table per topic).",
+        validator=one_of(*FORMATS),
+    ),
+    ConfigDef(
+        CATALOG_PREFIX,
+        ConfigType.STRING,
+        None,
+        "catalog.<property>: a pyiceberg catalog property (type, uri, warehouse, ...); "
+        "default an SQL catalog in <lake>/_brokkr_iceberg.db.",
+        prefix=True,
+    ),
+    ConfigDef("brokkr.sink.iceberg.namespace", ConfigType.STRING, "brokkr", "The Iceberg namespace of the tables."),
+    ConfigDef(
+        TABLE_MODE, ConfigType.STRING, KEY_VALUE, "The rows of a table: " + ", ".join(MODES), validator=one_of(*MODES)
+    ),
+    ConfigDef(
+        TABLE_MODE,
+        ConfigType.STRING,
+        None,
+        "This topic's table mode (default brokkr.sink.table.mode).",
+        validator=one_of(*MODES),
+        topic=True,
+    ),
+    ConfigDef(
+        TABLE_UPSERT,
+        ConfigType.BOOLEAN,
+        False,
+        "Tables hold the latest row per key, a tombstone deletes it (always for compacted topics).",
+    ),
+    ConfigDef(TABLE_UPSERT, ConfigType.BOOLEAN, None, "This topic's table is an upsert table.", topic=True),
+    ConfigDef(
+        "brokkr.sink.table.partition",
+        ConfigType.STRING,
+        None,
+        "The tables' partition spec: transforms of columns, e.g. day(timestamp), identity(kafka.partition).",
+        validator=_partition_spec,
+    ),
+    ConfigDef(
+        "brokkr.sink.table.flush.records",
+        ConfigType.LONG,
+        500000,
+        "The most offsets one table commit covers (bounds the files written and the driver's memory).",
+        validator=_positive,
+    ),
+    ConfigDef(
+        "brokkr.sink.table.compact.interval.ms",
+        ConfigType.LONG,
+        3600000,
+        "How often the mirror compacts small files and expires old snapshots (0: never).",
+    ),
+    ConfigDef(
+        "brokkr.sink.table.compact.min.files",
+        ConfigType.INT,
+        8,
+        "A table is compacted once it has this many files under the target size.",
+        validator=_positive,
+    ),
+    ConfigDef(
+        "brokkr.sink.table.target.file.bytes",
+        ConfigType.LONG,
+        128 * 1024 * 1024,
+        "The size compaction writes files up to; smaller files are compacted.",
+        validator=_positive,
+    ),
+    ConfigDef(
+        "brokkr.sink.table.snapshot.retention.ms",
+        ConfigType.LONG,
+        7 * 24 * 3600 * 1000,
+        "Iceberg snapshots older than this are expired, Delta files removed this long ago vacuumed.",
+    ),
+    ConfigDef(
+        "brokkr.sink.schema.registry.url",
+        ConfigType.STRING,
+        None,
+        "The schema registry of the typed table modes (default: this broker's own).",
+    ),
 ]
 
 
@@ -165,13 +261,20 @@ class SparkSink:
                 for k, v in sorted(config.explicit.items())
                 if k.startswith(SCHEMA_PREFIX)
             ),
+            *table_options(config),
         ]
+        self.format: str = config["brokkr.sink.format"]
+        #: The Iceberg catalog's properties go in the environment too (credentials).
+        self.catalog = json.dumps(catalog_properties(config))
         self.process: subprocess.Popen | None = None
         self.restarts = 0
         self._task: asyncio.Task | None = None
 
     def wants(self, partition: Partition) -> bool:
-        return not self.topics or partition.topic.name in self.topics
+        name = partition.topic.name
+        if self.format != "parquet" and name in self.broker.internal_topics:
+            return False  # the brokers' own records (__consumer_offsets, _schemas, ...) make no table
+        return not self.topics or name in self.topics
 
     def track(self, partition: Partition) -> None:
         key = (partition.topic.name, partition.index)
@@ -214,6 +317,8 @@ class SparkSink:
                     "high_watermark": self.progress.work[(topic, index)].high_watermark,
                 }
             )
+            if self.format != "parquet":  # the topic's own table settings
+                parts[-1]["table"] = topic_table_options(p.topic.config)
         return json.dumps({"updated_ms": int(time.time() * 1000), "partitions": parts}).encode()
 
     def _refresh(self, work: bytes) -> None:
@@ -232,7 +337,12 @@ class SparkSink:
             log.warning("the mirror process exited with %s; restarting it", self.process.returncode)
         env = dict(os.environ, PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
         env[CONF_ENV] = self.spark_conf
-        self.process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL)
+        env[CATALOG_ENV] = self.catalog
+        command = list(self.command)
+        registry = self.broker.config["brokkr.sink.schema.registry.url"] or self.broker.services.get(REGISTRY)
+        if self.format != "parquet" and registry:
+            command.append(f"--registry-url={registry}")
+        self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
         log.info("mirror process %d started for the lake %s", self.process.pid, self.lake)
 
     def stop(self) -> None:
@@ -267,7 +377,78 @@ def brokkr_broker_starting(broker: Broker) -> None:
     if not broker.config["brokkr.sink.lake"]:
         return
     check_spark_installed("brokkr.sink.lake")
+    check_table_settings(broker.config)
     broker.pm.register(SparkSink(broker), name=PLUGIN_NAME)
+
+
+REGISTRY = "schema-registry"  # its URL's name in Broker.services
+
+
+def catalog_properties(config) -> dict[str, str]:
+    return {k[len(CATALOG_PREFIX) :]: str(v) for k, v in config.explicit.items() if k.startswith(CATALOG_PREFIX)}
+
+
+def table_settings(config) -> TableSettings | None:
+    """The broker's table settings (None for the parquet format)."""
+    if config["brokkr.sink.format"] == "parquet":
+        return None
+    return TableSettings(
+        format=config["brokkr.sink.format"],
+        lake=config["brokkr.sink.lake"],
+        mode=config[TABLE_MODE],
+        upsert=config[TABLE_UPSERT],
+        partition=config["brokkr.sink.table.partition"],
+        catalog=catalog_properties(config),
+        namespace=config["brokkr.sink.iceberg.namespace"],
+        flush_records=config["brokkr.sink.table.flush.records"],
+        compact_interval_s=config["brokkr.sink.table.compact.interval.ms"] / 1000,
+        compact_min_files=config["brokkr.sink.table.compact.min.files"],
+        target_file_bytes=config["brokkr.sink.table.target.file.bytes"],
+        snapshot_retention_s=config["brokkr.sink.table.snapshot.retention.ms"] / 1000,
+        registry_url=config["brokkr.sink.schema.registry.url"],
+    )
+
+
+def table_options(config) -> list[str]:
+    """The table settings as the mirror process's options (the catalog's go in its environment)."""
+    settings = table_settings(config)
+    if settings is None:
+        return []
+    options = [
+        f"--format={settings.format}",
+        f"--table-mode={settings.mode}",
+        f"--iceberg-namespace={settings.namespace}",
+        f"--flush-records={settings.flush_records}",
+        f"--compact-interval-ms={config['brokkr.sink.table.compact.interval.ms']}",
+        f"--compact-min-files={settings.compact_min_files}",
+        f"--target-file-bytes={settings.target_file_bytes}",
+        f"--snapshot-retention-ms={config['brokkr.sink.table.snapshot.retention.ms']}",
+    ]
+    if settings.upsert:
+        options.append("--upsert")
+    if settings.partition:
+        options.append(f"--partition-spec={settings.partition}")
+    return options
+
+
+def topic_table_options(config) -> dict:
+    """A topic's table settings for the mirror: its mode (None: the broker's) and whether its
+    table is an upsert table (a compacted topic's is, unless the topic says otherwise)."""
+    upsert = config.get(TABLE_UPSERT)
+    if upsert is None:
+        upsert = True if "compact" in (config.get("cleanup.policy") or []) else None
+    return {"mode": config.get(TABLE_MODE), **({"upsert": upsert} if upsert is not None else {})}
+
+
+def check_table_settings(config) -> None:
+    """ConfigError when the table settings cannot work (a missing package included)."""
+    settings = table_settings(config)
+    if settings is None:
+        return
+    try:
+        settings.check()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_spark_installed(needed_by: str) -> None:
