@@ -34,6 +34,7 @@ from .config import BROKER_CONFIGS, BrokerConfig, NotDynamic, format_value
 from .context import RequestContext
 from .delayed import DelayedOperation, Purgatory
 from .errors import BrokkrError, ConfigError, ErrorCode
+from .group_configs import GroupConfigs
 from .internal_topics import InternalTopic, collect_internal_topics
 from .listeners import configured_listeners
 from .log import (
@@ -114,6 +115,7 @@ class Broker:
         self.replicas: ReplicaManager | None = None  # on a cluster (core/replication.py)
         self.producer_ids: ProducerIdManager | None = None
         self.scram_store: Any = None  # the SCRAM credentials, read when first needed (core/scram.py)
+        self.group_configs = GroupConfigs(self)  # groups' own settings (core/group_configs.py)
         #: URLs of other services this broker serves (name -> URL), set by plugins at
         #: brokkr_broker_starting and published in its cluster registration (BrokerInfo.services).
         self.services: dict[str, str] = {}

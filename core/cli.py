@@ -206,8 +206,9 @@ def _mirror(args: argparse.Namespace) -> int:
     far it is behind (``--status``, without Spark)."""
     from brokkr.plugins.sinks.spark import mirror
 
+    tables = mirror.table_settings(args, args.lake)  # None: the parquet format
     if args.status:
-        rows = mirror.status(args.log_dir, args.lake, args.commit_dir, args.topic or ())
+        rows = mirror.status(args.log_dir, args.lake, args.commit_dir, args.topic or (), tables)
         print(f"{'TOPIC':<30} {'PARTITION':>9} {'LOG-END-OFFSET':>15} {'MIRRORED-OFFSET':>16} {'LAG':>10}")
         for r in rows:
             print(f"{r.topic:<30} {r.partition:>9} {r.log_end_offset:>15} {r.mirrored_offset:>16} {r.lag:>10}")
@@ -231,13 +232,16 @@ def _mirror(args: argparse.Namespace) -> int:
         conf = dict(parse_overrides(args.conf or []))
         spark = mirror.spark_session(args.master, "brokkr-mirror", conf)
         try:
-            m = mirror.Mirror(spark, args.lake, args.commit_dir, dict(parse_overrides(args.value_schema or [])))
+            if tables is not None:
+                m = mirror.TableMirror(spark, tables, args.commit_dir)
+            else:
+                m = mirror.Mirror(spark, args.lake, args.commit_dir, dict(parse_overrides(args.value_schema or [])))
             with tqdm(total=total, unit="B", unit_scale=True, desc="mirroring", file=sys.stderr) as bar:
                 for _ in mirror.backfill(m, args.log_dir, args.topic or (), progress=bar.update):
                     pass
         finally:
             spark.stop()
-    for r in mirror.status(args.log_dir, args.lake, args.commit_dir, args.topic or ()):
+    for r in mirror.status(args.log_dir, args.lake, args.commit_dir, args.topic or (), tables):
         print(f"{r.topic}-{r.partition}: mirrored up to offset {r.mirrored_offset} (log end {r.log_end_offset})")
     return 0
 
@@ -356,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         "--value-schema", action="append", metavar="TOPIC=DDL", help="typed columns from JSON values; repeatable"
     )
     mirror.add_argument("--status", action="store_true", help="per partition: log end, mirrored offset and lag")
+    from brokkr.plugins.sinks.spark.mirror import add_table_options
+
+    add_table_options(mirror)  # --format iceberg|delta and the table settings
     mirror.set_defaults(func=_mirror)
     _add_admin_tools(sub)
     plugins = sub.add_parser("plugins", help="list the plugins a broker would load: hooks and settings of each")
@@ -406,7 +413,8 @@ def _add_admin_tools(sub) -> None:
     topics.set_defaults(func=tools.topics)
 
     configs = sub.add_parser(
-        "configs", help="describe or alter the configs of topics and brokers, users' SCRAM credentials, client quotas"
+        "configs",
+        help="describe or alter the configs of topics, brokers and groups, users' SCRAM credentials, client quotas",
     )
     configs.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="the broker to talk to")
     client_config.add_argument(configs)
@@ -414,11 +422,11 @@ def _add_admin_tools(sub) -> None:
         "--entity-type",
         required=True,
         action="append",
-        choices=("topics", "brokers", "users", "clients"),
+        choices=("topics", "brokers", "groups", "users", "clients"),
         help="what to describe or alter; users and clients both: a user's quotas for a client id",
     )
     configs.add_argument(
-        "--entity-name", action="append", dest="entity_names", help="the topic, broker id, user or client id"
+        "--entity-name", action="append", dest="entity_names", help="the topic, broker id, group, user or client id"
     )
     configs.add_argument(
         "--entity-default",
@@ -471,8 +479,9 @@ def _add_admin_tools(sub) -> None:
     run.add_argument("--execute", action="store_true", help="commit the new offsets")
     groups.set_defaults(func=group_tool.consumer_groups)
 
-    from . import acl_tool, reassign_tool, schema_tool
+    from . import acl_tool, reassign_tool, schema_tool, share_group_tool
 
+    share_group_tool.add_parser(sub)  # share-groups (kafka-share-groups.sh)
     schema_tool.add_parser(sub)
     acl_tool.add_parser(sub)
     reassign_tool.add_parser(sub)  # reassign-partitions and leader-election

@@ -162,3 +162,10 @@ class ClusterMembership(Protocol):
     async def reserve_producer_ids(self, count: int, floor: int) -> int:
         """Reserve the next ``count`` producer ids of the cluster, none below ``floor``, for
         this broker alone; returns the first (Kafka's ``/latest_producer_id_block``)."""
+
+    def group_configs(self) -> dict[str, dict[str, str]]:
+        """Every group's own settings (GROUP config resources, :mod:`brokkr.core.group_configs`)."""
+
+    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        """Replace one group's own settings for the whole cluster (empty: remove them); this
+        broker's :meth:`group_configs` shows them on return, the others' once told."""

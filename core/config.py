@@ -188,6 +188,14 @@ def between(low: float, high: float) -> Callable[[Any], None]:
     return check
 
 
+def _one_share_assignor(value: list[str]) -> None:
+    """group.share.assignors: exactly one, Kafka's built-in (by name or class name)."""
+    if len(value) != 1:
+        raise ValueError(f"group.share.assignors must contain exactly one assignor, but found {len(value)}")
+    if value[0] not in ("simple", "org.apache.kafka.coordinator.group.assignor.SimpleAssignor"):
+        raise ValueError(f"unknown share group assignor {value[0]} (brokkr has 'simple')")
+
+
 def one_of(*choices: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         items = value if isinstance(value, list) else [value]
@@ -427,6 +435,186 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("compression.type", S, "producer", "Codec for stored batches.", validator=one_of(*COMPRESSION_TYPES)),
     ConfigDef("min.insync.replicas", I, 1, "Replicas that must acknowledge an acks=-1 write.", validator=at_least(1)),
     ConfigDef("transaction.max.timeout.ms", I, 900000, "Largest transaction timeout allowed.", validator=at_least(1)),
+    # Share groups (KIP-932): the share partitions' settings (Kafka's ShareGroupConfig) and the
+    # share coordinator's (ShareCoordinatorConfig); used by brokkr.plugins.share.
+    ConfigDef(
+        "group.share.record.lock.duration.ms",
+        I,
+        30000,
+        "How long records handed to a share consumer stay acquired by it before they become available again.",
+        validator=between(1000, 3600000),
+    ),
+    ConfigDef(
+        "group.share.min.record.lock.duration.ms",
+        I,
+        15000,
+        "The least share.record.lock.duration.ms a group may set.",
+        validator=between(1000, 3600000),
+    ),
+    ConfigDef(
+        "group.share.max.record.lock.duration.ms",
+        I,
+        60000,
+        "The most share.record.lock.duration.ms a group may set.",
+        validator=between(1000, 3600000),
+    ),
+    ConfigDef(
+        "group.share.delivery.count.limit",
+        I,
+        5,
+        "How many times a record of a share group may be delivered before it is archived.",
+        validator=between(2, 10),
+    ),
+    ConfigDef(
+        "group.share.min.delivery.count.limit",
+        I,
+        2,
+        "The least share.delivery.count.limit a group may set.",
+        validator=between(2, 10),
+    ),
+    ConfigDef(
+        "group.share.max.delivery.count.limit",
+        I,
+        10,
+        "The most share.delivery.count.limit a group may set.",
+        validator=between(2, 10),
+    ),
+    ConfigDef(
+        "group.share.partition.max.record.locks",
+        I,
+        2000,
+        "The most records in flight (acquired, not yet acknowledged) in one share partition.",
+        validator=between(100, 10000),
+    ),
+    ConfigDef(
+        "group.share.min.partition.max.record.locks",
+        I,
+        100,
+        "The least share.partition.max.record.locks a group may set.",
+        validator=between(100, 10000),
+    ),
+    ConfigDef(
+        "group.share.max.partition.max.record.locks",
+        I,
+        4000,
+        "The most share.partition.max.record.locks a group may set.",
+        validator=between(100, 10000),
+    ),
+    ConfigDef(
+        "group.share.max.share.sessions",
+        I,
+        2000,
+        "The most share sessions (ShareFetch, one per group and member) this broker keeps.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "share.coordinator.state.topic.num.partitions",
+        I,
+        50,
+        "The number of partitions of __share_group_state, fixed once it exists.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "share.coordinator.state.topic.replication.factor",
+        ConfigType.SHORT,
+        3,
+        "Replicas of each __share_group_state partition on a cluster; a broker alone keeps one.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "share.coordinator.state.topic.min.isr",
+        I,
+        2,
+        "min.insync.replicas of __share_group_state on a cluster.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "share.coordinator.state.topic.segment.bytes",
+        I,
+        104857600,
+        "The segment size of __share_group_state.",
+        validator=at_least(14),
+    ),
+    ConfigDef(
+        "share.coordinator.state.topic.compression.codec",
+        I,
+        0,
+        "The codec of the share coordinator's writes (0: none; brokkr writes uncompressed).",
+        validator=between(0, 0),
+    ),
+    ConfigDef(
+        "share.coordinator.snapshot.update.records.per.snapshot",
+        I,
+        500,
+        "How many ShareUpdate records a share partition gets between two full ShareSnapshot records.",
+        validator=between(0, 500),
+    ),
+    ConfigDef(
+        "share.coordinator.write.timeout.ms",
+        I,
+        5000,
+        "How long a write of share state waits for the in-sync replicas.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "share.coordinator.state.topic.prune.interval.ms",
+        I,
+        300000,
+        "How often the share coordinator deletes the __share_group_state records older than every state's snapshot.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "share.coordinator.cold.partition.snapshot.interval.ms",
+        I,
+        300000,
+        "How often the share coordinator snapshots again the states not written since (so that pruning moves on).",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "share.coordinator.load.buffer.size",
+        I,
+        5242880,
+        "Bytes read per step when a __share_group_state partition loads.",
+        validator=at_least(1),
+    ),
+    # Share groups' membership (KIP-932; GroupCoordinatorConfig's group.share.*): plugins/groups/share_*.py;
+    # a group's own share.session.timeout.ms, share.heartbeat.interval.ms stay within min..max (core/group_configs.py).
+    ConfigDef(
+        "group.share.session.timeout.ms",
+        I,
+        45000,
+        "A share group member that sends no heartbeat for this long is removed from its group.",
+        validator=at_least(1),
+    ),
+    ConfigDef("group.share.min.session.timeout.ms", I, 45000, "Least share.session.timeout.ms.", validator=at_least(1)),
+    ConfigDef("group.share.max.session.timeout.ms", I, 60000, "Most share.session.timeout.ms.", validator=at_least(1)),
+    ConfigDef(
+        "group.share.heartbeat.interval.ms",
+        I,
+        5000,
+        "The heartbeat interval given to share group members.",
+        validator=at_least(1),
+    ),
+    ConfigDef(
+        "group.share.min.heartbeat.interval.ms", I, 5000, "Least share.heartbeat.interval.ms.", validator=at_least(1)
+    ),
+    ConfigDef(
+        "group.share.max.heartbeat.interval.ms", I, 15000, "Most share.heartbeat.interval.ms.", validator=at_least(1)
+    ),
+    ConfigDef(
+        "group.share.max.size",
+        I,
+        200,
+        "The most members a share group may have (else GROUP_MAX_SIZE_REACHED).",
+        validator=between(1, 1000),
+    ),
+    ConfigDef(
+        "group.share.assignors",
+        LST,
+        ["simple"],
+        "The share groups' server-side assignor: exactly one, 'simple' (Kafka's SimpleAssignor, or its class name).",
+        validator=_one_share_assignor,
+    ),
     ConfigDef("brokkr.storage", S, "segment", "Which storage plugin keeps the logs: segment (Kafka's files), memory."),
     ConfigDef(
         "brokkr.plugins",

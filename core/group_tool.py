@@ -91,7 +91,9 @@ class _Groups:
         out = {}
         for b in _metadata(self.client, []).brokers:
             with self.connect(f"{b.host}:{b.port}") as c:
-                response = c.request(LIST_GROUPS, 5, spec.cls(states_filter=states or [], types_filter=types or []))
+                # Share groups are kafka-share-groups.sh's (brokkr share-groups): not listed here, as in Kafka.
+                body = spec.cls(states_filter=states or [], types_filter=types or ["classic", "consumer"])
+                response = c.request(LIST_GROUPS, 5, body)
             _check(response.error_code, None, "listing groups")
             out.update({g.group_id: g for g in response.groups})
         return [out[k] for k in sorted(out)]

@@ -78,6 +78,7 @@ hook                                    kind       what its exception does
 ``brokkr_high_watermark_advanced``      observer   logged; the records are visible
 ``brokkr_segment_rolled``               observer   logged; the roll stands
 ``brokkr_request_completed``            observer   logged; the response is sent
+``brokkr_connection_closed``            observer   logged; the connection is closed
 ``brokkr_metrics_collectors``           decision   the start fails (metrics on)
 ``brokkr_sink_mirrored_offset``         decision   retention skips this round
 ======================================  =========  ======================================
@@ -132,6 +133,7 @@ OBSERVERS = frozenset(
         "brokkr_high_watermark_advanced",
         "brokkr_segment_rolled",
         "brokkr_request_completed",
+        "brokkr_connection_closed",
     }
 )
 
@@ -662,6 +664,19 @@ def brokkr_request_completed(
         it went).
     :param elapsed_ms: The time from the frame's arrival at the handler to its encoded
         response, waits in the purgatory included (Kafka's TotalTimeMs).
+    :param broker: The broker.
+    """
+
+
+@hookspec
+def brokkr_connection_closed(connection: ConnectionInfo, broker: Broker) -> None:
+    """A client's connection closed (the client went away, the broker closed it, or the
+    broker is stopping): what a plugin keeps per connection goes with it (share sessions
+    release their records, as Kafka's ConnectionDisconnectListener makes them).
+
+    Called once per accepted connection, on the event loop, after it is closed.
+
+    :param connection: The connection (its ``connection_id`` as request contexts carry it).
     :param broker: The broker.
     """
 

@@ -1,5 +1,6 @@
-"""Internal topics (Kafka's ``Topic.isInternal``): the compacted topics coordinators keep
-their state in, ``__consumer_offsets`` and ``__transaction_state`` today.
+"""Internal topics (Kafka's ``Topic.isInternal``): the topics coordinators keep their state
+in, ``__consumer_offsets`` and ``__transaction_state`` (compacted) and ``__share_group_state``
+(never compacted nor expired: snapshots and updates, as Kafka keeps it).
 
 A plugin declares each of its own with ``brokkr_internal_topics`` (an :class:`InternalTopic`:
 its name, its owner, the broker settings of its partition count and topic settings); the
@@ -41,14 +42,19 @@ class InternalTopic:
     replication_factor: str
     segment_bytes: str
     min_isr: str | None = None
+    #: "compact", or "delete" for a topic whose records are never compacted away nor
+    #: expire (``__share_group_state``: retention.ms=-1, as Kafka creates it).
+    cleanup_policy: str = "compact"
 
     def partitions(self, config) -> int:
         return config[self.num_partitions]
 
     def configs(self, config, replicated: bool) -> dict[str, str]:
-        """Its topic settings (Kafka's strings): compacted, its own segment size and, on a
+        """Its topic settings (Kafka's strings): its cleanup policy, its own segment size and, on a
         cluster, its own ``min.insync.replicas`` (alone, one replica is all there is)."""
-        configs = {"cleanup.policy": "compact", "segment.bytes": str(config[self.segment_bytes])}
+        configs = {"cleanup.policy": self.cleanup_policy, "segment.bytes": str(config[self.segment_bytes])}
+        if self.cleanup_policy == "delete":
+            configs["retention.ms"] = "-1"
         if replicated and self.min_isr is not None:
             configs["min.insync.replicas"] = str(config[self.min_isr])
         return configs

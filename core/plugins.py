@@ -54,6 +54,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.plugins.metrics.prometheus",
     "brokkr.plugins.groups",
     "brokkr.plugins.transactions",
+    "brokkr.plugins.share",
     "brokkr.plugins.schema_registry",
     "brokkr.plugins.cluster.zookeeper",
     "brokkr.plugins.schema_registry.validation",
@@ -163,6 +164,9 @@ BUILTIN_ROLES: dict[str, BuiltinRole] = {
     "brokkr.plugins.metrics.prometheus": BuiltinRole("Prometheus metrics and the health endpoint"),
     "brokkr.plugins.groups": BuiltinRole("consumer groups and committed offsets (the group coordinator and its APIs)"),
     "brokkr.plugins.transactions": BuiltinRole("transactions (the transaction coordinator and its APIs)"),
+    "brokkr.plugins.share": BuiltinRole(
+        "share groups' data path (ShareFetch, ShareAcknowledge) and the share coordinator (__share_group_state)"
+    ),
     "brokkr.plugins.cluster.zookeeper": BuiltinRole(
         "it is the cluster membership in use (without it the broker would run alone)",
         in_use=_setting("zookeeper.connect"),

@@ -247,6 +247,7 @@ class Server:
         finally:
             channel.close()
             log.debug("%s: closed", conn.connection_id)
+            self.broker.hot.notify("brokkr_connection_closed", connection=conn, broker=self.broker)
 
     async def _answer(self, conn, sasl, principal, frame, channel: Channel, idle_s: float) -> tuple[bool, int]:
         """Answer one frame: (keep the connection open?, throttle time in ms). Raises

@@ -29,13 +29,14 @@ METADATA, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, INC
     37,
     44,
 )
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 SOURCES = {
     1: "DYNAMIC_TOPIC_CONFIG",
     2: "DYNAMIC_BROKER_CONFIG",
     3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
     4: "STATIC_BROKER_CONFIG",
     5: "DEFAULT_CONFIG",
+    8: "GROUP_CONFIG",
 }
 
 
@@ -66,14 +67,18 @@ def _metadata(client: RawClient, topics: list[str] | None):
     return client.request(METADATA, 12, spec.cls(topics=wanted, allow_auto_topic_creation=False))
 
 
+def _resource(resource_type: int, name: str) -> str:
+    return {TOPIC: f"topic {name}", GROUP: f"group {name}"}.get(resource_type, f"broker {name or '<default>'}")
+
+
 def _described_configs(client: RawClient, resource_type: int, name: str) -> list:
-    """Every config of a topic or broker, with its synonyms (DescribeConfigs v4)."""
+    """Every config of a topic, broker or group, with its synonyms (DescribeConfigs v4)."""
     spec = request_spec(DESCRIBE_CONFIGS)
     resource = spec.struct("DescribeConfigsResource")(
         resource_type=resource_type, resource_name=name, configuration_keys=None
     )
     [result] = client.request(DESCRIBE_CONFIGS, 4, spec.cls(resources=[resource], include_synonyms=True)).results
-    what = f"topic {name}" if resource_type == TOPIC else f"broker {name or '<default>'}"
+    what = _resource(resource_type, name)
     _check(result.error_code, result.error_message, f"describing the configs of {what}")
     return result.configs
 
@@ -176,9 +181,9 @@ def configs(args: argparse.Namespace) -> int:
     if len(kinds) > 1 or len(names) > 1:
         print("Only --entity-type users and clients may be given together, each once", file=sys.stderr)
         return 2
-    resource_type = TOPIC if kinds[0] == "topics" else BROKER
+    resource_type = {"topics": TOPIC, "groups": GROUP}.get(kinds[0], BROKER)
     name = names[0] if names else ""  # "": --entity-default (brokers: also without a name)
-    if resource_type == TOPIC and not name:
+    if resource_type != BROKER and not name:
         print("Missing required argument: --entity-name", file=sys.stderr)
         return 2
     with connect(args, "brokkr-configs") as client:
@@ -195,6 +200,10 @@ def _describe_configs(client: RawClient, resource_type: int, name: str, args: ar
     if resource_type == TOPIC:
         entries = _topic_configs(client, name, args.all)
         print(f"{'All' if args.all else 'Dynamic'} configs for topic {name} are:")
+    elif resource_type == GROUP:
+        configs = _described_configs(client, GROUP, name)
+        entries = [c for c in configs if args.all or c.config_source != ConfigSource.DEFAULT_CONFIG]
+        print(f"{'All' if args.all else 'Dynamic'} configs for group {name} are:")
     else:
         configs = _described_configs(client, BROKER, name)
         entries = [c for c in configs if args.all or c.config_source != ConfigSource.DEFAULT_CONFIG]
@@ -214,7 +223,7 @@ def _alter_configs(client: RawClient, resource_type: int, name: str, args: argpa
         raise ToolError("--alter needs --add-config or --delete-config")
     resource = spec.struct("AlterConfigsResource")(resource_type=resource_type, resource_name=name, configs=changes)
     [result] = client.request(INCREMENTAL_ALTER_CONFIGS, 1, spec.cls(resources=[resource])).responses
-    what = f"topic {name}" if resource_type == TOPIC else f"broker {name or '<default>'}"
+    what = _resource(resource_type, name)
     _check(result.error_code, result.error_message, f"altering the configs of {what}")
     print(f"Completed updating config for {what}.")
     return 0

@@ -76,7 +76,7 @@ def test_without_the_plugin_the_api_is_neither_advertised_nor_served(brokkr_brok
 def test_core_apis_come_through_the_hook(tmp_path):
     """Without the built-in API plugin (essential, so taken out here rather than blocked),
     the hook collects only what other plugins add."""
-    disabled = "brokkr.plugins.groups,brokkr.plugins.transactions"
+    disabled = "brokkr.plugins.groups,brokkr.plugins.transactions,brokkr.plugins.share"
     broker = Broker(
         {"brokkr.plugins.disabled": disabled, "log.dirs": str(tmp_path)},
         plugins=(FeaturesAndQuotas(),),

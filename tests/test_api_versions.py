@@ -89,7 +89,7 @@ KAFKA_4_1 = {
     85: (0, 0),  # WriteShareGroupState
     86: (0, 0),  # DeleteShareGroupState
     87: (0, 0),  # ReadShareGroupStateSummary
-    90: (0, 0),  # DescribeShareGroupOffsets
+    90: (0, 1),  # DescribeShareGroupOffsets (v1, KIP-1226's lag: Kafka 4.2)
     91: (0, 0),  # AlterShareGroupOffsets
     92: (0, 0),  # DeleteShareGroupOffsets
 }
@@ -100,6 +100,11 @@ KAFKA_4_1 = {
 #: finalizes the feature transaction.version=2, which brokkr does not, so the gap changes
 #: nothing they do; no client infers a release from these two.
 SHORT_OF_4_1 = {26: (0, 4), 28: (0, 4)}
+#: Where brokkr serves Kafka 4.2's versions: share groups (KIP-932) became production-ready
+#: in 4.2, whose validVersions (confluentinc/kafka v8.2.0) add ShareFetch and
+#: ShareAcknowledge v2 (KIP-1222, Renew acknowledgements) and v1 of WriteShareGroupState
+#: and ReadShareGroupStateSummary (DeliveryCompleteCount).
+KAFKA_4_2_SHARE = {78: (1, 2), 79: (1, 2), 85: (0, 1), 87: (0, 1)}
 
 
 def advertised(broker) -> dict[int, tuple[int, int]]:
@@ -112,7 +117,7 @@ def advertised(broker) -> dict[int, tuple[int, int]]:
 def test_every_api_served_has_kafka_4_1s_versions(brokkr_broker):
     served = advertised(brokkr_broker)
     assert served.keys() <= KAFKA_4_1.keys(), "only APIs a Kafka 4.1 broker serves"
-    expected = {key: SHORT_OF_4_1.get(key, KAFKA_4_1[key]) for key in served}
+    expected = {key: SHORT_OF_4_1.get(key, KAFKA_4_2_SHARE.get(key, KAFKA_4_1[key])) for key in served}
     assert served == expected
     assert 34 in served and 55 in served, "AlterReplicaLogDirs and DescribeQuorum are served"
 

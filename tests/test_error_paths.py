@@ -141,7 +141,9 @@ def test_api_versions_lists_only_what_is_served(brokkr_broker):
     }
     groups = {8, 9, 10, 11, 12, 13, 14, 15, 16, 28, 42, 47, 68, 69}  # the built-in group coordinator plugin
     transactions = {22, 24, 25, 26, 65, 66}  # the built-in transaction coordinator plugin
-    assert {k.api_key for k in response.api_keys} == core | groups | transactions
+    share_groups = {76, 77, 90, 91, 92}  # share groups in the group coordinator plugin
+    share = {78, 79, 83, 84, 85, 86, 87}  # the built-in share plugin: ShareFetch/-Acknowledge, share state
+    assert {k.api_key for k in response.api_keys} == core | groups | transactions | share_groups | share
 
 
 def test_unsupported_produce_version_answers_unsupported_version(brokkr_broker, topic):

@@ -150,6 +150,11 @@ class EveryHook:
         return None
 
     @hookimpl
+    def brokkr_connection_closed(self, connection):
+        self.calls["brokkr_connection_closed"] += 1
+        assert connection.connection_id
+
+    @hookimpl
     def brokkr_request_completed(self, header, response, elapsed_ms):
         self.calls["brokkr_request_completed"] += 1
         assert elapsed_ms >= 0 and response is not None

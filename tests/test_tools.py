@@ -87,6 +87,30 @@ def test_configs_describe_and_alter_a_topic(brokkr_broker):
     assert broker_side.returncode == 1 and "Cannot update these configs dynamically" in broker_side.stderr
 
 
+def test_configs_describe_and_alter_a_group(brokkr_broker):
+    """kafka-configs.sh's --entity-type groups: a group's own settings (GROUP resources)."""
+    server = ("--bootstrap-server", brokkr_broker.bootstrap_servers)
+    group = ("--entity-type", "groups", "--entity-name", "g")
+    done = brokkr(
+        "configs", *server, *group, "--alter",
+        "--add-config", "share.auto.offset.reset=earliest,share.record.lock.duration.ms=20000",
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "Completed updating config for group g.\n"), done.stderr
+    assert brokkr_broker.broker.group_configs.value("g", "share.auto.offset.reset") == "earliest"
+    lines = brokkr("configs", *server, *group, "--describe").stdout.splitlines()
+    assert lines[0] == "Dynamic configs for group g are:"
+    assert any(
+        line.startswith("  share.record.lock.duration.ms=20000 sensitive=false synonyms={GROUP_CONFIG:")
+        for line in lines
+    )
+    assert brokkr("configs", *server, *group, "--alter", "--delete-config", "share.auto.offset.reset").returncode == 0
+    assert brokkr_broker.broker.group_configs.value("g", "share.auto.offset.reset") == "latest"
+    out_of_bounds = brokkr("configs", *server, *group, "--alter", "--add-config", "share.record.lock.duration.ms=1")
+    assert out_of_bounds.returncode == 1 and "INVALID_CONFIG" in out_of_bounds.stderr
+    nameless = brokkr("configs", *server, "--entity-type", "groups", "--describe")
+    assert nameless.returncode == 2 and "--entity-name" in nameless.stderr
+
+
 def test_version_plugins_and_help():
     version = brokkr("--version")
     assert version.returncode == 0 and version.stdout.startswith("brokkr 0.")

@@ -109,3 +109,55 @@ def offset_for_leader_epoch_body(topic: str, leader_epoch: int, current_leader_e
         partition=partition, current_leader_epoch=current_leader_epoch, leader_epoch=leader_epoch
     )
     return spec.cls(replica_id=-1, topics=[spec.struct("OffsetForLeaderTopic")(topic=topic, partitions=[p])])
+
+
+SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
+
+
+def acks(first: int, last: int, *types: int):
+    """One ShareFetch/ShareAcknowledge AcknowledgementBatch (types: one, or one per offset)."""
+    return request_spec(SHARE_FETCH).struct("AcknowledgementBatch")(
+        first_offset=first, last_offset=last, acknowledge_types=list(types)
+    )
+
+
+def share_fetch_body(
+    group: str,
+    member: str,
+    epoch: int,
+    topic_id,
+    partition: int = 0,
+    ack_batches: list | None = None,
+    max_records: int = 500,
+    max_wait_ms: int = 0,
+    acquire_mode: int = 0,
+    fetch: bool = True,
+):
+    """A ShareFetch of one partition (with acknowledgements of it); ``fetch=False`` names no partition."""
+    spec = request_spec(SHARE_FETCH)
+    p = spec.struct("FetchPartition")(partition_index=partition, acknowledgement_batches=ack_batches or [])
+    topics = [spec.struct("FetchTopic")(topic_id=topic_id, partitions=[p])] if fetch or ack_batches else []
+    return spec.cls(
+        group_id=group,
+        member_id=member,
+        share_session_epoch=epoch,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        max_records=max_records,
+        batch_size=max_records,
+        share_acquire_mode=acquire_mode,
+        topics=topics,
+        forgotten_topics_data=[],
+    )
+
+
+def share_acknowledge_body(group: str, member: str, epoch: int, topic_id, ack_batches: list, partition: int = 0):
+    spec = request_spec(SHARE_ACKNOWLEDGE)
+    p = spec.struct("AcknowledgePartition")(partition_index=partition, acknowledgement_batches=ack_batches)
+    return spec.cls(
+        group_id=group,
+        member_id=member,
+        share_session_epoch=epoch,
+        topics=[spec.struct("AcknowledgeTopic")(topic_id=topic_id, partitions=[p])],
+    )

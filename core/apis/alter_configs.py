@@ -10,7 +10,9 @@ settings take effect at once, for every partition, and are saved with the topic 
 cluster-wide default, or this broker's id) changes the dynamic broker settings
 (``config.DYNAMIC_BROKER_CONFIGS``: the log defaults behind topic settings), which every
 topic without its own value follows at once and which are kept in the storage; any other
-broker setting is answered as Kafka answers one that is not dynamic (INVALID_REQUEST).
+broker setting is answered as Kafka answers one that is not dynamic (INVALID_REQUEST). A
+group (resource type 32, ALTER_CONFIGS on the group) takes Kafka's group settings
+(:mod:`~brokkr.core.group_configs`), within the broker's bounds (INVALID_CONFIG).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..config import NotDynamic, check_dynamic, format_value
 from ..errors import BrokkrError, ErrorCode
+from ..group_configs import GROUP_CONFIGS, GROUP_RESOURCE
 from ..protocol.frames import response_spec
 from . import Api
 
@@ -42,6 +45,8 @@ async def alter_resources(broker, ctx, request, new_settings: Callable, response
             actions.append(Action(AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, r.resource_name))
         elif r.resource_type == BROKER:
             actions.append(Action(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME))
+        elif r.resource_type == GROUP_RESOURCE:
+            actions.append(Action(AclOperation.ALTER_CONFIGS, ResourceType.GROUP, r.resource_name))
     allowed = iter(broker.authorize(ctx, actions))
     results = []
     for r in request.resources:
@@ -49,7 +54,7 @@ async def alter_resources(broker, ctx, request, new_settings: Callable, response
             resource_type=r.resource_type, resource_name=r.resource_name, error_code=ErrorCode.NONE, error_message=None
         )
         results.append(res)
-        authorized = next(allowed) if r.resource_type in (TOPIC, BROKER) else True
+        authorized = next(allowed) if r.resource_type in (TOPIC, BROKER, GROUP_RESOURCE) else True
         try:
             if counts[(r.resource_type, r.resource_name)] > 1:
                 raise BrokkrError("Each resource may appear at most once in a request", ErrorCode.INVALID_REQUEST)
@@ -87,6 +92,20 @@ async def alter_resources(broker, ctx, request, new_settings: Callable, response
                     raise BrokkrError(str(exc), ErrorCode.INVALID_REQUEST) from None
                 settings = new_settings(current, r, broker.config.defs, broker.config)
                 broker.alter_broker_config(scope, settings, request.validate_only)
+            elif r.resource_type == GROUP_RESOURCE:  # a group's own settings (core/group_configs.py)
+                if not authorized:
+                    raise BrokkrError("Authorization failed.", ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                if not r.resource_name:
+                    raise BrokkrError("Default group resources are not allowed.", ErrorCode.INVALID_REQUEST)
+                names = Counter(c.name for c in r.configs)
+                if any(n > 1 for n in names.values()):
+                    raise BrokkrError("Error due to duplicate config keys", ErrorCode.INVALID_REQUEST)
+                unknown = sorted(n for n in names if n not in GROUP_CONFIGS)
+                if unknown:
+                    raise BrokkrError(f"Unknown group config name: {unknown[0]}", ErrorCode.INVALID_CONFIG)
+                configs = broker.group_configs
+                settings = new_settings(configs.own(r.resource_name), r, GROUP_CONFIGS, {})
+                await configs.alter(r.resource_name, settings, request.validate_only)
             else:
                 raise BrokkrError(f"Unsupported resource type {r.resource_type}", ErrorCode.INVALID_REQUEST)
         except BrokkrError as exc:

@@ -1,5 +1,6 @@
-"""DescribeConfigs (key 32), versions 1-4: topic and broker settings with their sources
-and synonyms, as Kafka's ConfigHelper reports them."""
+"""DescribeConfigs (key 32), versions 1-4: topic, broker and group (resource type 32:
+:mod:`~brokkr.core.group_configs`) settings with their sources and synonyms, as Kafka's
+ConfigHelper reports them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..config import (
     is_sensitive,
 )
 from ..errors import ErrorCode
+from ..group_configs import GROUP_CONFIG_SOURCE, GROUP_CONFIGS, GROUP_RESOURCE
 from ..protocol.frames import response_spec
 from . import Api
 
@@ -100,15 +102,50 @@ def _broker_entries(broker, request) -> list:
     return out
 
 
-async def handle(broker, ctx, request):
-    actions = [
-        Action(
-            AclOperation.DESCRIBE_CONFIGS,
-            ResourceType.TOPIC if r.resource_type == TOPIC else ResourceType.CLUSTER,
-            r.resource_name if r.resource_type == TOPIC else CLUSTER_NAME,
+def _group_entries(broker, group_id: str, request) -> list:
+    """Every group setting: the group's own value (source GROUP_CONFIG), else the broker
+    setting behind it (its synonym), else the group setting's default (Kafka's
+    createGroupConfigEntry)."""
+    configs = broker.group_configs
+    own = configs.own(group_id)
+    out = []
+    for name, d in sorted(GROUP_CONFIGS.items()):
+        synonyms = []
+        if name in own:
+            synonyms.append(DescribeConfigsSynonym(name=name, value=own[name], source=GROUP_CONFIG_SOURCE))
+        if d.synonym is not None:
+            source = broker.config.source(d.synonym) if d.synonym in broker.config else ConfigSource.DEFAULT_CONFIG
+            value = format_value(configs.broker_default(name))
+            synonyms.append(DescribeConfigsSynonym(name=d.synonym, value=value, source=source))
+        else:
+            synonyms.append(
+                DescribeConfigsSynonym(name=name, value=format_value(d.default), source=ConfigSource.DEFAULT_CONFIG)
+            )
+        out.append(
+            DescribeConfigsResourceResult(
+                name=name,
+                value=configs.value(group_id, name),
+                read_only=False,
+                config_source=synonyms[0].source,
+                is_sensitive=False,
+                synonyms=synonyms if request.include_synonyms else [],
+                config_type=d.type,
+                documentation=d.doc if request.include_documentation else None,
+            )
         )
-        for r in request.resources
-    ]
+    return out
+
+
+def _resource(r) -> tuple[ResourceType, str]:
+    if r.resource_type == TOPIC:
+        return ResourceType.TOPIC, r.resource_name
+    if r.resource_type == GROUP_RESOURCE:
+        return ResourceType.GROUP, r.resource_name
+    return ResourceType.CLUSTER, CLUSTER_NAME
+
+
+async def handle(broker, ctx, request):
+    actions = [Action(AclOperation.DESCRIBE_CONFIGS, *_resource(r)) for r in request.resources]
     allowed = broker.authorize(ctx, actions)
     results = []
     for r, ok in zip(request.resources, allowed):
@@ -131,6 +168,13 @@ async def handle(broker, ctx, request):
                 res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, f"Unexpected broker id {r.resource_name}"
             else:
                 res.configs = _broker_entries(broker, request)
+        elif r.resource_type == GROUP_RESOURCE:
+            if not ok:
+                res.error_code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+            elif not r.resource_name:
+                res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, "Group name must not be empty"
+            else:
+                res.configs = _group_entries(broker, r.resource_name, request)
         else:
             res.error_code = ErrorCode.INVALID_REQUEST
             res.error_message = f"Unsupported resource type {r.resource_type}"

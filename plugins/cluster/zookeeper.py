@@ -8,6 +8,8 @@ that read a Kafka cluster's ZooKeeper read a brokkr cluster's too:
   ``{"controller_epoch":E,"leader":L,"version":1,"leader_epoch":N,"isr":[...]}``,
   written only with the znode version read (conditional writes);
 - ``/config/topics/<topic>``: the topic's settings; ``/cluster/id``.
+- ``/config/groups/<group>``: a group's own settings (brokkr's; ``{"version": 1, "config": {...}}``
+  as a topic's).
 
 kazoo's calls block and its watches fire on its own threads: every call here runs in one
 worker thread (so they are ordered), and a fired watch schedules a refresh of the cache
@@ -24,6 +26,7 @@ import json
 import logging
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -129,6 +132,7 @@ class ZooKeeperMembership:
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, TopicAssignment] = {}
         self._states: dict[tuple[str, int], PartitionState] = {}
+        self._group_configs: dict[str, dict[str, str]] = {}
         self._me: BrokerInfo | None = None
         self._listener: ClusterListener | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -183,6 +187,12 @@ class ZooKeeperMembership:
     async def reserve_producer_ids(self, count: int, floor: int) -> int:
         return await self._call(self._reserve_producer_ids, count, floor)
 
+    def group_configs(self) -> dict[str, dict[str, str]]:
+        return self._group_configs
+
+    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        await self._call(self._set_group_configs, group_id, dict(configs))
+
     # -- on the worker thread -------------------------------------------------------
 
     async def _call(self, fn, *args) -> Any:
@@ -193,7 +203,7 @@ class ZooKeeperMembership:
 
         self.zk.add_listener(self._state_changed)
         self._connect()
-        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/cluster"):
+        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/groups", "/cluster"):
             self.zk.ensure_path(path)
         try:
             self.zk.create("/cluster/id", json.dumps({"version": "1", "id": _new_cluster_id()}).encode())
@@ -324,6 +334,8 @@ class ZooKeeperMembership:
                 parts = p.split("/")  # /brokers/topics/<t>/partitions/<p>/state
                 if len(parts) == 7 and parts[6] == "state" and parts[3] in topics:
                     self._read_state(parts[3], int(parts[5]), states)
+            if full or any(p.startswith("/config/groups") for p in dirty):
+                self._group_configs = self._read_group_configs()
         except Exception as exc:
             if not self._closing:
                 log.warning("reading the cluster state from ZooKeeper failed (%s); retrying", exc)
@@ -335,6 +347,37 @@ class ZooKeeperMembership:
         self._brokers, self._topics, self._states = brokers, topics, states
         if self._loop is not None and self._listener is not None and not self._closing:
             self._loop.call_soon_threadsafe(self._listener.cluster_changed)
+
+    def _read_group_configs(self) -> dict[str, dict[str, str]]:
+        """Every /config/groups/<group>, watched (the list and each group's settings)."""
+        from kazoo.exceptions import NoNodeError
+
+        out = {}
+        for name in self.zk.get_children("/config/groups", watch=self._watch):
+            try:
+                data, _ = self.zk.get(f"/config/groups/{name}", watch=self._watch)
+            except NoNodeError:  # removed meanwhile
+                continue
+            out[urllib.parse.unquote(name)] = json.loads(data).get("config", {})
+        return out
+
+    def _set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        path = f"/config/groups/{_group_znode(group_id)}"
+        if configs:
+            data = json.dumps({"version": 1, "config": configs}).encode()
+            if self.zk.exists(path) is None:
+                self.zk.create(path, data, makepath=True)
+            else:
+                self.zk.set_data(path, data)
+            self._group_configs = {**self._group_configs, group_id: configs}
+        else:
+            try:
+                self.zk.delete(path)
+            except NoNodeError:
+                pass
+            self._group_configs = {g: c for g, c in self._group_configs.items() if g != group_id}
 
     def _read_brokers(self) -> dict[int, BrokerInfo]:
         from kazoo.exceptions import NoNodeError
@@ -538,6 +581,11 @@ class ZooKeeperMembership:
                 return start
             except (BadVersionError, NodeExistsError):
                 continue
+
+
+def _group_znode(group_id: str) -> str:
+    """A group id as a znode name: percent-encoded, dots too (no "/", ".", ".." names)."""
+    return urllib.parse.quote(group_id, safe="").replace(".", "%2E")
 
 
 def _topic_znodes(assignment: TopicAssignment) -> tuple[bytes, bytes]:

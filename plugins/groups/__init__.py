@@ -11,7 +11,9 @@ offsets, partitioned like ``__consumer_offsets``.
 Modules: ``coordinator`` (partition ownership, loading, writing and replaying records),
 ``classic`` and ``classic_protocol`` (the classic group protocol's state and operations),
 ``consumer_*``, ``reconciliation``, ``target_assignment`` and the assignors (the consumer
-group protocol of KIP-848: see ``consumer_protocol``),
+group protocol of KIP-848: see ``consumer_protocol``), ``share_*`` (share groups of
+KIP-932: ``share_protocol`` the operations, ``share_groups`` on the running coordinator,
+``share_assignor`` the ``simple`` assignor, ``share_records`` their records),
 ``offsets`` (committed offsets and their expiry), ``records`` (the ``__consumer_offsets``
 record formats, compiled from ``coordinator_records/``), ``apis/`` (one module per API).
 """
@@ -129,9 +131,9 @@ def brokkr_internal_topics():
 
 @hookimpl
 def brokkr_apis(broker):
-    from .apis import CONSUMER_MODULES, MODULES
+    from .apis import CONSUMER_MODULES, MODULES, SHARE_MODULES
 
-    modules = MODULES + (CONSUMER_MODULES if consumer_protocol_enabled(broker.config) else ())
+    modules = MODULES + (CONSUMER_MODULES if consumer_protocol_enabled(broker.config) else ()) + SHARE_MODULES
     return [importlib.import_module(f"{__package__}.apis.{name}").API for name in modules]
 
 

@@ -17,6 +17,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from brokkr.core.authorization import AclOperation
 from brokkr.core.errors import ErrorCode
 
@@ -66,12 +67,21 @@ class ConsumerCoordinator:
 
     def __init__(self, coordinator: GroupCoordinator):
         self.coordinator = coordinator
-        self.protocol = ConsumerProtocol(consumer_settings(coordinator.broker.config))
+        self.protocol = ConsumerProtocol(consumer_settings(coordinator.broker.config), self._group_settings)
         self.topics = BrokerTopics(coordinator.broker)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def start(self) -> None:
         self.coordinator.spawn(self._run_timers(), "consumer group timers")
+
+    def _group_settings(self, group_id: str):
+        """The group's session timeout and heartbeat interval: its own GROUP configs, else the broker's."""
+        configs = self.coordinator.broker.group_configs
+        return attrs.evolve(
+            self.protocol.settings,
+            session_timeout_ms=configs.typed(group_id, "consumer.session.timeout.ms"),
+            heartbeat_interval_ms=configs.typed(group_id, "consumer.heartbeat.interval.ms"),
+        )
 
     def lock(self, group_id: str) -> asyncio.Lock:
         """The lock that serializes the operations on one group."""
@@ -121,13 +131,7 @@ class ConsumerCoordinator:
     # -- timers and loading -----------------------------------------------------------
 
     async def _run_timers(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_S)
-            for expiry in self.protocol.timers.due(now_ms()):
-                try:
-                    await self._expire(expiry)
-                except Exception:  # one failed expiry must not stop the timers of all groups
-                    log.exception("expiring member %s of group %s failed", expiry.member_id, expiry.group_id)
+        await run_timers(self.protocol.timers, self._expire, "group")
 
     async def _expire(self, expiry: Expiry) -> None:
         async with self.lock(expiry.group_id):
@@ -149,3 +153,15 @@ class ConsumerCoordinator:
 
     def unloaded(self, group_id: str) -> None:
         self.protocol.unloaded(group_id)
+
+
+async def run_timers(timers, expire, kind: str) -> None:
+    """Fire ``timers``' due expiries through ``expire``, every :data:`TICK_S`, for ever (also
+    the share groups' timers; ``kind`` names the groups in the log)."""
+    while True:
+        await asyncio.sleep(TICK_S)
+        for expiry in timers.due(now_ms()):
+            try:
+                await expire(expiry)
+            except Exception:  # one failed expiry must not stop the timers of all groups
+                log.exception("expiring member %s of %s %s failed", expiry.member_id, kind, expiry.group_id)

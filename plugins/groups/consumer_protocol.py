@@ -71,8 +71,11 @@ Result = tuple[list[rec.Record], HeartbeatResult]
 class ConsumerProtocol:
     """The consumer-protocol operations of one coordinator, and its members' timers."""
 
-    def __init__(self, settings: Settings | None = None):
+    def __init__(self, settings: Settings | None = None, group_settings: Callable[[str], Settings] | None = None):
         self.settings = settings or Settings()
+        #: A group's settings, its own GROUP configs (consumer.session.timeout.ms,
+        #: consumer.heartbeat.interval.ms) over ``settings``; None: ``settings`` for all.
+        self.group_settings = group_settings
         self.timers = MemberTimers()
 
     def heartbeat(
@@ -144,11 +147,12 @@ class ConsumerProtocol:
                 self._rebalance_timer(gid, reconciled, now_ms)
             updated = reconciled
 
-        self.timers.schedule(SESSION, gid, member_id, now_ms + self.settings.session_timeout_ms)
+        own = self.group_settings(gid) if self.group_settings is not None else self.settings
+        self.timers.schedule(SESSION, gid, member_id, now_ms + own.session_timeout_ms)
         subscribed = req.subscribed_topic_names is not None or getattr(req, "subscribed_topic_regex", None) is not None
         full = joining or (req.rebalance_timeout_ms != -1 and subscribed and req.topic_partitions is not None)
         assignment = updated.assigned if full or updated.assigned != member.assigned else None
-        interval = self.settings.heartbeat_interval_ms
+        interval = own.heartbeat_interval_ms
         return records, HeartbeatResult(member_id, updated.member_epoch, interval, assignment)
 
     # -- leaving and fencing ----------------------------------------------------------
@@ -214,8 +218,9 @@ class ConsumerProtocol:
 
     def loaded(self, group: ConsumerGroup, now_ms: int) -> None:
         """A group loaded from its partition: its members' timers start (Kafka's onLoaded)."""
+        own = self.group_settings(group.group_id) if self.group_settings is not None else self.settings
         for member in group.members.values():
-            self.timers.schedule(SESSION, group.group_id, member.member_id, now_ms + self.settings.session_timeout_ms)
+            self.timers.schedule(SESSION, group.group_id, member.member_id, now_ms + own.session_timeout_ms)
             if member.state is MemberState.UNREVOKED_PARTITIONS:
                 self._rebalance_timer(group.group_id, member, now_ms)
 

@@ -27,6 +27,11 @@ from .consumer_records import group_tombstones
 from .consumer_records import replay as replay_consumer_record
 from .offsets import OffsetAndMetadata, Offsets
 from .records import CoordinatorRecord, decode_record, encode_key, encode_value, record_spec
+from .share_group import ShareGroup
+from .share_groups import ShareGroups
+from .share_records import TYPES as SHARE_RECORD_TYPES
+from .share_records import group_tombstones as share_group_tombstones
+from .share_records import replay as replay_share_record
 
 log = logging.getLogger("brokkr.groups")
 
@@ -60,11 +65,13 @@ class GroupCoordinator(PartitionedCoordinator):
         self.offsets = Offsets(self)
         self.classic = ClassicProtocol(self)
         self.consumer = ConsumerCoordinator(self)
+        self.share = ShareGroups(self)
 
     def start(self) -> None:
         super().start()
         self.spawn(self.offsets.expire_periodically(), "offsets expiry")
         self.consumer.start()
+        self.share.start()
 
     def create_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` (see :meth:`PartitionedCoordinator.create_topic`)."""
@@ -79,6 +86,8 @@ class GroupCoordinator(PartitionedCoordinator):
                 self.classic.schedule_sessions(group)
             elif isinstance(group, ConsumerGroup) and self.partition_for(group.group_id) == index:
                 self.consumer.loaded(group)
+            elif isinstance(group, ShareGroup) and self.partition_for(group.group_id) == index:
+                self.share.loaded(group)
 
     def replay_transactional(self, producer_id: int, record: CoordinatorRecord) -> None:
         self.offsets.replay_transactional(producer_id, record)
@@ -103,6 +112,8 @@ class GroupCoordinator(PartitionedCoordinator):
             self.classic.unload(group, error)
         elif isinstance(group, ConsumerGroup):
             self.consumer.unloaded(group_id)
+        elif isinstance(group, ShareGroup):
+            self.share.unloaded(group_id)
 
     # -- writing and replaying ----------------------------------------------------
 
@@ -123,6 +134,8 @@ class GroupCoordinator(PartitionedCoordinator):
                 self.add_group(classic_group_from_record(group_id, record.value))
         elif record.type in CONSUMER_RECORD_TYPES:
             replay_consumer_record(self.groups, record)
+        elif record.type in SHARE_RECORD_TYPES:
+            replay_share_record(self.groups, record)
         else:
             log.debug("ignoring a %s record", record.type)
 
@@ -169,6 +182,8 @@ class GroupCoordinator(PartitionedCoordinator):
                 if isinstance(group, ConsumerGroup):
                     records += group_tombstones(group)
                 return await self.write(group_id, records)
+        if isinstance(self.groups.get(group_id), ShareGroup):
+            return await self._delete_share_group(group_id)
         records = self.offsets.tombstones(group_id, None)
         records.append((encode_key(2, record_spec("GroupMetadataKey").cls(group=group_id)), None))
         group = self.groups.get(group_id)
@@ -178,6 +193,20 @@ class GroupCoordinator(PartitionedCoordinator):
         if error and group is not None and isinstance(group, ClassicGroup):
             group.state = ClassicState.EMPTY
         return error
+
+    async def _delete_share_group(self, group_id: str) -> ErrorCode:
+        """An empty share group's deletion: its share state first (the share coordinator's),
+        then its records (Kafka's deleteShareGroups)."""
+        async with self.share.lock(group_id):
+            group = self.groups.get(group_id)
+            if not isinstance(group, ShareGroup):
+                return ErrorCode.GROUP_ID_NOT_FOUND
+            if not group.is_empty:
+                return ErrorCode.NON_EMPTY_GROUP
+            error = await self.share.delete_state(group)
+            if error:
+                return error
+            return await self.write(group_id, self.offsets.tombstones(group_id, None) + share_group_tombstones(group))
 
 
 def classic_group_from_record(group_id: str, value) -> ClassicGroup:

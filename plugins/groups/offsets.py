@@ -117,8 +117,8 @@ class Offsets:
             return ErrorCode.GROUP_ID_NOT_FOUND if version >= 9 else ErrorCode.ILLEGAL_GENERATION
         if isinstance(group, ConsumerGroup):
             return group.validate_offset_commit(member_id, generation, version)
-        if not isinstance(group, ClassicGroup):
-            return ErrorCode.UNKNOWN_MEMBER_ID
+        if not isinstance(group, ClassicGroup):  # a share group takes no commits (Kafka: GroupIdNotFoundException)
+            return ErrorCode.GROUP_ID_NOT_FOUND
         if group.state is ClassicState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation < 0 and group.state is ClassicState.EMPTY:

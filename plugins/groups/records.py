@@ -2,10 +2,11 @@
 
 A record's key is an int16 version followed by the key struct; the key version names the
 record type (0 and 1: OffsetCommitKey, 2: GroupMetadataKey, 3-8: the ConsumerGroup*
-records of KIP-848). Its value is an int16 version followed by the matching value struct,
-or null: a tombstone, which deletes the key once the log is compacted. The codecs are
-compiled from Kafka's JSON definitions (``coordinator_records/``) by
-:mod:`brokkr.core.protocol.schema`, so what Kafka wrote decodes and re-encodes byte for byte.
+records of KIP-848, 10-15: the ShareGroup* records of KIP-932). Its value is an int16
+version followed by the matching value struct, or null: a tombstone, which deletes the key
+once the log is compacted. The codecs are compiled from Kafka's JSON definitions
+(``coordinator_records/``) by :mod:`brokkr.core.protocol.schema`, so what Kafka wrote
+decodes and re-encodes byte for byte.
 """
 
 from __future__ import annotations
@@ -29,7 +30,15 @@ RECORD_TYPES: dict[int, str] = {
     6: "ConsumerGroupTargetAssignmentMetadata",
     7: "ConsumerGroupTargetAssignmentMember",
     8: "ConsumerGroupCurrentMemberAssignment",
+    10: "ShareGroupMemberMetadata",
+    11: "ShareGroupMetadata",
+    12: "ShareGroupTargetAssignmentMetadata",
+    13: "ShareGroupTargetAssignmentMember",
+    14: "ShareGroupCurrentMemberAssignment",
+    15: "ShareGroupStatePartitionMetadata",
 }
+#: Record type -> the key version that names it (2 and up).
+KEY_VERSIONS: dict[str, int] = {kind: v for v, kind in RECORD_TYPES.items() if v >= 2}
 
 
 @functools.cache
@@ -58,7 +67,8 @@ def decode_record(key: bytes | memoryview, value: bytes | memoryview | None) -> 
     kind = RECORD_TYPES.get(key_version)
     if kind is None:
         raise CorruptRequest(f"unknown __consumer_offsets key version {key_version}")
-    key_struct = _decode(record_spec(kind + "Key"), key_version, r)
+    spec = record_spec(kind + "Key")
+    key_struct = _decode(spec, _key_schema_version(spec, key_version), r)
     if value is None:
         return CoordinatorRecord(kind, key_version, key_struct, None, None)
     r = Reader(value)
@@ -76,10 +86,18 @@ def _decode(spec: MessageSpec, version: int, r: Reader) -> Any:
     return msg
 
 
+def _key_schema_version(spec: MessageSpec, key_version: int) -> int:
+    """The version a key struct is read and written with: the key version itself for the
+    older records (``validVersions`` names it), 0 for those whose JSON has an ``apiKey``
+    (the ShareGroup* records: the key version is that apiKey, the schema's version 0)."""
+    return 0 if spec.api_key is not None else key_version
+
+
 def encode_key(key_version: int, key: Any) -> bytes:
     w = Writer()
     w.int16(key_version)
-    return bytes(record_spec(RECORD_TYPES[key_version] + "Key").encode(key_version, key, w).buf)
+    spec = record_spec(RECORD_TYPES[key_version] + "Key")
+    return bytes(spec.encode(_key_schema_version(spec, key_version), key, w).buf)
 
 
 def encode_value(kind: str, value_version: int, value: Any) -> bytes:

@@ -24,6 +24,14 @@ MODULES = (
 #: The consumer group protocol's APIs (KIP-848), served while
 #: ``group.coordinator.rebalance.protocols`` names "consumer".
 CONSUMER_MODULES = ("consumer_group_heartbeat", "consumer_group_describe")
+#: The share groups' APIs (KIP-932): membership and the share-group offset admin APIs.
+SHARE_MODULES = (
+    "share_group_heartbeat",
+    "share_group_describe",
+    "describe_share_group_offsets",
+    "alter_share_group_offsets",
+    "delete_share_group_offsets",
+)
 
 
 def group_allowed(broker, ctx, operation: AclOperation, group_ids: list[str]) -> list[bool]:

@@ -33,14 +33,16 @@ CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1  # MemberType (v1)
 HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
 
 
-def _assignment(broker, assignment) -> Assignment:
-    """Topics by id and name; a topic deleted meanwhile is left out, as Kafka leaves it."""
+def described_assignment(broker, assignment, spec=_R) -> Assignment:
+    """Topics by id and name; a topic deleted meanwhile is left out, as Kafka leaves it
+    (``spec``: the response's, whose Assignment and TopicPartitions structs are built; also
+    ShareGroupDescribe's)."""
     out = []
     for topic_id, partitions in assignment_items(assignment):
         topic = broker.topics_by_id.get(topic_id)
         if topic is not None:
-            out.append(TopicPartitions(topic_id=topic_id, topic_name=topic.name, partitions=partitions))
-    return Assignment(topic_partitions=out)
+            out.append(spec.struct("TopicPartitions")(topic_id=topic_id, topic_name=topic.name, partitions=partitions))
+    return spec.struct("Assignment")(topic_partitions=out)
 
 
 def _describe(broker, coordinator, group_id: str) -> DescribedGroup:
@@ -64,8 +66,8 @@ def _describe(broker, coordinator, group_id: str) -> DescribedGroup:
             client_host=m.client_host,
             subscribed_topic_names=list(m.subscribed_topic_names),
             subscribed_topic_regex=m.subscribed_topic_regex,
-            assignment=_assignment(broker, m.assigned),
-            target_assignment=_assignment(broker, group.target_assignment.get(m.member_id, {})),
+            assignment=described_assignment(broker, m.assigned),
+            target_assignment=described_assignment(broker, group.target_assignment.get(m.member_id, {})),
             member_type=CLASSIC_MEMBER if m.classic_metadata is not None else CONSUMER_MEMBER,
         )
         for m in sorted(group.members.values(), key=lambda m: m.member_id)
@@ -109,18 +111,25 @@ async def handle(broker, ctx, request):
     for group_id, ok in zip(request.group_ids, allowed, strict=True):
         d = _describe(broker, coordinator, group_id) if ok else _failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
         described.append(d)
-    topics = sorted(set().union(*(_topics(d) for d in described if not d.error_code)))
+    hide_and_authorize(broker, ctx, request, described, _topics, _failed)
+    return ConsumerGroupDescribeResponse(groups=described)
+
+
+def hide_and_authorize(broker, ctx, request, described: list, topics_of, failed) -> None:
+    """Kafka's last steps of a modern group's describe (also ShareGroupDescribe's): a group
+    naming a topic (``topics_of``) the principal may not DESCRIBE becomes ``failed``'s
+    TOPIC_AUTHORIZATION_FAILED; the authorized operations when the request asks for them."""
+    topics = sorted(set().union(*(topics_of(d) for d in described if not d.error_code)))
     visible = broker.authorize_topics(ctx, AclOperation.DESCRIBE, topics)
     for i, d in enumerate(described):
-        if not d.error_code and not all(visible[t] for t in _topics(d)):
-            described[i] = _failed(d.group_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED, HIDDEN_TOPICS)
+        if not d.error_code and not all(visible[t] for t in topics_of(d)):
+            described[i] = failed(d.group_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED, HIDDEN_TOPICS)
     if request.include_authorized_operations:
         ids = [d.group_id for d in described if not d.error_code]
         ops = authorized_operations(broker, ctx, ResourceType.GROUP, GROUP_OPERATIONS, ids)
         for d in described:
             if d.group_id in ops:
                 d.authorized_operations = ops[d.group_id]
-    return ConsumerGroupDescribeResponse(groups=described)
 
 
 def error_response(request, code):

@@ -19,25 +19,38 @@ from . import group_allowed
 KEY = 68
 _R = response_spec(KEY)
 ConsumerGroupHeartbeatResponse = _R.cls
-Assignment = _R.struct("Assignment")
-TopicPartitions = _R.struct("TopicPartitions")
 
 
 async def handle(broker, ctx, request):
+    refused = refusal(broker, ctx, request)
+    if refused:
+        return error_response(request, refused)
+    return answer(_R, *await coordinator_of(broker).consumer.heartbeat(ctx, request))
+
+
+def refusal(broker, ctx, request) -> ErrorCode:
+    """Kafka's checks before a modern heartbeat (also ShareGroupHeartbeat's): READ on the
+    group, DESCRIBE on every topic it names."""
     if not group_allowed(broker, ctx, AclOperation.READ, [request.group_id])[0]:
-        return error_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
     if request.subscribed_topic_names:
-        allowed = broker.authorize_topics(ctx, AclOperation.DESCRIBE, request.subscribed_topic_names)
+        allowed = broker.authorize_topics(ctx, AclOperation.DESCRIBE, sorted(set(request.subscribed_topic_names)))
         if not all(allowed.values()):
-            return error_response(request, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-    error, message, result = await coordinator_of(broker).consumer.heartbeat(ctx, request)
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    return ErrorCode.NONE
+
+
+def answer(spec, error: ErrorCode, message: str | None, result):
+    """A modern heartbeat's response (``spec``: its response spec): the error, or the member's
+    id, epoch, heartbeat interval and, when it is sent, its assignment."""
     if error:
-        return ConsumerGroupHeartbeatResponse(error_code=error, error_message=message)
+        return spec.cls(error_code=error, error_message=message)
     assignment = None
     if result.assignment is not None:
-        topics = [TopicPartitions(topic_id=t, partitions=ps) for t, ps in assignment_items(result.assignment)]
-        assignment = Assignment(topic_partitions=topics)
-    return ConsumerGroupHeartbeatResponse(
+        partitions = spec.struct("TopicPartitions")
+        topics = [partitions(topic_id=t, partitions=ps) for t, ps in assignment_items(result.assignment)]
+        assignment = spec.struct("Assignment")(topic_partitions=topics)
+    return spec.cls(
         error_code=0,
         member_id=result.member_id,
         member_epoch=result.member_epoch,

@@ -39,9 +39,13 @@ def _describe(coordinator, group_id: str, version: int) -> DescribedGroup:
     if group is None or (version >= NOT_FOUND_VERSION and not isinstance(group, ClassicGroup)):
         why = "not found" if group is None else "is not a classic group"
         return _dead(group_id, f"Group {group_id} {why}." if version >= NOT_FOUND_VERSION else None)
-    if not isinstance(group, ClassicGroup):  # a consumer (KIP-848) group: ConsumerGroupDescribe describes it
+    if not isinstance(group, ClassicGroup):  # consumer (KIP-848), share (KIP-932): described by their own APIs
         return DescribedGroup(
-            error_code=0, group_id=group_id, group_state=group.state_name, protocol_type="consumer", protocol_data=""
+            error_code=0,
+            group_id=group_id,
+            group_state=group.state_name,
+            protocol_type=group.protocol_type,
+            protocol_data="",
         )
     stable = group.state is ClassicState.STABLE
     members = [

@@ -9,13 +9,17 @@ the coordinator is that partition's leader, wherever it is. A transactional id n
 DESCRIBE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); its coordinator is the leader
 of its ``__transaction_state`` partition, found the same way through the transaction
 coordinator (:mod:`brokkr.plugins.transactions`; with that plugin blocked the answer is
-COORDINATOR_NOT_AVAILABLE). Other key types (share groups, KIP-932) answer INVALID_REQUEST.
+COORDINATOR_NOT_AVAILABLE). A share partition (key type 2, v6) needs CLUSTER_ACTION (brokers
+ask) and is coordinated by the leader of its ``__share_group_state`` partition
+(:mod:`brokkr.plugins.share`). Other key types answer INVALID_REQUEST.
 """
 
 from __future__ import annotations
 
+import base64
+
 from brokkr.core.apis import Api
-from brokkr.core.authorization import AclOperation, Action, ResourceType
+from brokkr.core.authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from brokkr.core.errors import ErrorCode
 from brokkr.core.listeners import advertised_listener
 from brokkr.core.protocol.frames import response_spec
@@ -23,7 +27,8 @@ from brokkr.core.protocol.frames import response_spec
 from .. import coordinator_of
 
 KEY = 10
-GROUP, TRANSACTION = 0, 1
+GROUP, TRANSACTION, SHARE = 0, 1, 2
+SHARE_VERSION = 6  # key type 2 (a share partition, KIP-932) from v6
 _R = response_spec(KEY)
 FindCoordinatorResponse = _R.cls
 Coordinator = _R.struct("Coordinator")
@@ -31,6 +36,8 @@ Coordinator = _R.struct("Coordinator")
 
 def _answers(broker, ctx, key_type: int, keys: list[str]) -> list:
     """One Coordinator per key, in order (one authorizer call for all keys)."""
+    if key_type == SHARE and ctx.api_version >= SHARE_VERSION:
+        return _share_answers(broker, ctx, keys)
     if key_type not in (GROUP, TRANSACTION):
         return [_failed(key, ErrorCode.INVALID_REQUEST) for key in keys]
     resource, denied = (
@@ -52,6 +59,43 @@ def _answers(broker, ctx, key_type: int, keys: list[str]) -> list:
         else:
             answers.append(_leader_of(broker, ctx, key, coordinator.topic, coordinator.partition_for(key)))
     return answers
+
+
+def _share_answers(broker, ctx, keys: list[str]) -> list:
+    """Share-partition keys ("group:topic id:partition"): CLUSTER_ACTION, as brokers ask
+    (else CLUSTER_AUTHORIZATION_FAILED); the leader of the key's ``__share_group_state``
+    partition, created on first use (:mod:`brokkr.plugins.share`)."""
+    try:
+        from brokkr.plugins.share import share_coordinator_of
+    except ImportError:
+        coordinator = None
+    else:
+        coordinator = share_coordinator_of(broker)
+    allowed = broker.authorize(ctx, [Action(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)])[0]
+    if not allowed:
+        return [_failed(key, ErrorCode.CLUSTER_AUTHORIZATION_FAILED) for key in keys]
+    if coordinator is not None and coordinator.topic not in broker.topics:
+        coordinator.create_topic()
+        coordinator = None
+    if coordinator is None:
+        return [_failed(key, ErrorCode.COORDINATOR_NOT_AVAILABLE) for key in keys]
+    return [
+        _leader_of(broker, ctx, key, coordinator.topic, coordinator.partition_for(key))
+        if _share_key_valid(key)
+        else _failed(key, ErrorCode.INVALID_REQUEST)
+        for key in keys
+    ]
+
+
+def _share_key_valid(key: str) -> bool:
+    """Kafka's SharePartitionKey.validate: "<group>:<topic id>:<partition>"."""
+    parts = key.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0] or not parts[2].isdigit():
+        return False
+    try:
+        return len(base64.urlsafe_b64decode(parts[1] + "==")) == 16
+    except ValueError:
+        return False
 
 
 def _transaction_coordinator(broker):

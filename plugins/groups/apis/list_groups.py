@@ -1,5 +1,5 @@
 """ListGroups (key 16), versions 0-5: the groups this coordinator holds, filtered by state
-(v4) and type (v5, ``classic`` or ``consumer``). DESCRIBE on the cluster lists every
+(v4) and type (v5, ``classic``, ``consumer`` or ``share``). DESCRIBE on the cluster lists every
 group; otherwise only those the principal may DESCRIBE."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ ListedGroup = _R.struct("ListedGroup")
 
 
 def protocol_type_of(group) -> str:
-    return group.protocol_type or "" if group.type == "classic" else "consumer"
+    return group.protocol_type or ""
 
 
 async def handle(broker, ctx, request):

@@ -29,8 +29,8 @@ async def handle(broker, ctx, request):
     coordinator = coordinator_of(broker)
     error = coordinator.check_coordinator(group_id)
     group = coordinator.groups.get(group_id)
-    if not error and (group is None or getattr(group, "state", None) is ClassicState.DEAD):
-        error = ErrorCode.GROUP_ID_NOT_FOUND
+    if not error and (group is None or getattr(group, "state", None) is ClassicState.DEAD or group.type == "share"):
+        error = ErrorCode.GROUP_ID_NOT_FOUND  # a share group has no committed offsets (Kafka's validateOffsetDelete)
     subscribed: set[str] = set()
     if not error and isinstance(group, ClassicGroup) and group.state is not ClassicState.EMPTY:
         if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
