@@ -85,6 +85,26 @@ class Action:
     log_if_denied: bool = True
 
 
+def allows_everything(broker, authorize) -> bool:
+    """Whether ``authorize``, the broker's resolved ``brokkr_authorize``
+    (``broker.hot.brokkr_authorize``), is the built-in allow-all alone with no
+    ``authorizer.class.name`` (a setting that never changes while the broker runs): then
+    every action is allowed, and a request's actions need not be built nor the hook called.
+    Worked out once per resolution of the hook (a plugin registered or removed resolves it
+    again) and kept on the broker."""
+    seen = broker.__dict__.get("_allows_everything")
+    if seen is not None and seen[0] is authorize:
+        return seen[1]
+    impls = broker.pm.hook.brokkr_authorize.get_hookimpls()
+    answer = (
+        len(impls) == 1
+        and getattr(impls[0].function, "allows_everything", False) is True
+        and not broker.config.get("authorizer.class.name")
+    )
+    broker._allows_everything = (authorize, answer)
+    return answer
+
+
 def _enum(cls: type[enum.IntEnum], value: int) -> enum.IntEnum:
     """A wire code as its enum member; codes Kafka does not define are UNKNOWN, as in Kafka."""
     try:

@@ -73,22 +73,35 @@ class BusyTime:
 
     __slots__ = ("seconds",)
 
-    def __init__(self) -> None:
-        self.seconds = 0.0
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+
+    def first_step(self, coro):
+        """Run ``coro``'s first step, counted: ``(True, its result)`` when it finished there
+        (most requests: answered without waiting, with no generator between the handler
+        and the loop), else ``(False, an awaitable)`` that runs the rest as :meth:`run`
+        would have, counted alike. An exception of the first step propagates."""
+        clock = time.perf_counter
+        start = clock()
+        try:
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            return True, stop.value
+        finally:
+            self.seconds += clock() - start
+        return False, self._rest(coro, yielded)
 
     @types.coroutine
     def run(self, coro):
+        finished, rest = self.first_step(coro)
+        if finished:
+            return rest
+        return (yield from rest)
+
+    @types.coroutine
+    def _rest(self, coro, yielded):
         clock = time.perf_counter
-        value = error = None
         while True:
-            start = clock()
-            try:
-                yielded = coro.send(value) if error is None else coro.throw(error)
-            except StopIteration as stop:
-                return stop.value
-            finally:
-                self.seconds += clock() - start
-                error = None
             try:
                 value, error = (yield yielded), None
             except GeneratorExit:
@@ -101,3 +114,11 @@ class BusyTime:
             # the cycle would keep every frame of it (a record walk's buffers) until the rare
             # collections of ``brokkr serve`` (core/cli.py).
             yielded = None
+            start = clock()
+            try:
+                yielded = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                self.seconds += clock() - start
+                error = None

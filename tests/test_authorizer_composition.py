@@ -5,7 +5,7 @@ answer is never shadowed by another plugin's ALLOWED."""
 from __future__ import annotations
 
 import pytest
-from brokkr.core.authorization import AclOperation, AuthorizationResult, ResourceType
+from brokkr.core.authorization import AclOperation, AuthorizationResult, ResourceType, allows_everything
 from brokkr.core.errors import ErrorCode
 from brokkr.core.plugins import hookimpl
 from brokkr.core.testing import RawClient
@@ -83,3 +83,40 @@ def test_no_opinion_from_everyone_falls_to_the_default(brokkr_broker_factory):
     config = {"authorizer.class.name": "acl", "allow.everyone.if.no.acl.found": "true"}
     broker = brokkr_broker_factory(config, plugins=[Denies("x")])
     assert produce_codes(broker, "free", "x") == {"free": 0, "x": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+
+
+def test_the_built_in_allow_all_alone_answers_unasked_and_a_plugin_that_comes_is_asked(brokkr_broker_factory):
+    """``Broker.authorize`` skips the hook while the built-in allow-all is its only
+    implementation (``allows_everything``); a plugin registered while the broker runs, or
+    a broker with an authorizer configured, is asked for every request, as before."""
+    brokkr_broker = brokkr_broker_factory(entry_points=False)  # the test venv's example authorizers left out
+    broker = brokkr_broker.broker
+
+    def skipped() -> bool:
+        return allows_everything(broker, broker.hot.brokkr_authorize)
+
+    assert brokkr_broker.call(skipped), "allow-all alone: answered without building the actions"
+    asked = []
+    resolved = broker.hot.brokkr_authorize
+
+    def recorded(**kwargs):
+        asked.append(kwargs["actions"])
+        return resolved(**kwargs)
+
+    broker.hot.brokkr_authorize = recorded  # what the broker would call; the next registration resolves it again
+    assert produce_codes(brokkr_broker, "a", "b") == {"a": 0, "b": 0}
+    assert asked == [], "the built-in allow-all, alone, is not called"
+    denies = Denies("a")
+    brokkr_broker.call(broker.pm.register, denies)
+    assert not brokkr_broker.call(skipped)
+    assert produce_codes(brokkr_broker, "a", "b") == {"a": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "b": 0}
+    brokkr_broker.call(broker.pm.unregister, denies)
+    assert brokkr_broker.call(skipped)
+    assert produce_codes(brokkr_broker, "a", "b") == {"a": 0, "b": 0}
+
+
+def test_allow_all_with_an_authorizer_configured_is_not_taken_as_allowing_everything(brokkr_broker_factory):
+    config = {"authorizer.class.name": "acl", "allow.everyone.if.no.acl.found": "false"}
+    broker = brokkr_broker_factory(config, entry_points=False)
+    assert not broker.call(lambda: allows_everything(broker.broker, broker.broker.hot.brokkr_authorize))
+    assert produce_codes(broker, "locked") == {"locked": ErrorCode.TOPIC_AUTHORIZATION_FAILED}

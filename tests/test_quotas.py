@@ -410,3 +410,66 @@ def test_a_producer_pushing_ten_times_its_quota_is_held_to_it(brokkr_broker, top
     assert sent * value_size >= 9 * quota * seconds
     assert 0.8 * quota * seconds <= in_time <= 1.2 * quota * seconds, in_time / (quota * seconds)
     assert throttles and max(throttles) > 0
+
+
+class RecordsRequestTime:
+    """A quota plugin that throttles nothing and keeps the request time it is told of."""
+
+    def __init__(self):
+        self.request_ms: list[tuple[int, float]] = []
+
+    @hookimpl
+    def brokkr_quota_throttle_ms(self, context, usage):
+        if "request" in usage:
+            self.request_ms.append((context.api_key, usage["request"]))
+        return 0
+
+
+def test_request_time_counts_a_handlers_steps_and_never_its_waits(brokkr_broker_factory):
+    """A request answered in its handler's first step (``BusyTime.first_step``, no
+    coroutine between) and one that waits (a fetch long-poll, ``BusyTime`` counting its
+    other steps) are both counted, and the wait is not."""
+    recorder = RecordsRequestTime()
+    broker = brokkr_broker_factory(plugins=[recorder])
+    broker.call(broker.broker.create_topic, "timed")
+    with RawClient(broker.bootstrap_servers) as c:
+        assert c.request(PRODUCE, 9, produce_body("timed", build_batch([(b"k", b"v")]))).responses
+        started = time.monotonic()
+        fetched = c.request(FETCH, 12, fetch_body("timed", offset=1, max_wait_ms=400, min_bytes=1))
+        waited = time.monotonic() - started
+    assert fetched.responses[0].partitions[0].error_code == ErrorCode.NONE
+    assert waited >= 0.35, "the fetch waited in the purgatory for new data"
+    (produced,) = [ms for key, ms in recorder.request_ms if key == PRODUCE]
+    (polled,) = [ms for key, ms in recorder.request_ms if key == FETCH]
+    assert 0 < produced < 300 and 0 < polled < 300, "their steps counted, the 400 ms wait not"
+
+
+def test_busy_time_answers_a_first_step_and_counts_a_waiting_coroutine_alike():
+    import asyncio
+
+    from brokkr.core.quotas import BusyTime
+
+    async def at_once():
+        return "done"
+
+    async def waits():
+        await asyncio.sleep(0.2)
+        return "waited"
+
+    async def fails_after_waiting():
+        await asyncio.sleep(0)
+        raise ValueError("late")
+
+    async def main():
+        busy = BusyTime(0.5)
+        assert busy.first_step(at_once()) == (True, "done")
+        assert 0.5 < busy.seconds < 0.6
+        finished, rest = busy.first_step(waits())
+        assert not finished
+        assert await rest == "waited"
+        assert await BusyTime().run(waits()) == "waited"
+        assert busy.seconds < 0.6, "the sleep not counted"
+        with pytest.raises(ValueError, match="late"):
+            await BusyTime().run(fails_after_waiting())
+
+    asyncio.run(main())

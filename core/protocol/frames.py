@@ -12,8 +12,7 @@ from __future__ import annotations
 import functools
 import struct
 from importlib import resources
-
-import attrs
+from typing import NamedTuple
 
 from ..errors import CorruptRequest, UnknownApi
 from . import offset_commit_codec, produce_codec
@@ -49,8 +48,10 @@ def response_spec(api_key: int) -> MessageSpec:
     return load_message(api_names()[api_key] + "Response")
 
 
-@attrs.frozen
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    """A request's header (immutable: a named tuple, built per request for a few opcodes
+    where a frozen attrs class takes dozens)."""
+
     api_key: int
     api_version: int
     correlation_id: int
@@ -73,7 +74,10 @@ def _flexible_header(api_key: int, api_version: int) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)  # bounded: the versions come from untrusted frames
-def _header_version(api_key: int, api_version: int) -> int:
+def _header_version(api_key: int, api_version: int) -> int | None:
+    """The request header version of an API version; None for a key Kafka does not define."""
+    if api_key not in api_names():
+        return None
     return request_header_version(request_spec(api_key), api_version)
 
 
@@ -96,8 +100,10 @@ def parse_request_header_untrusted(
     """
     if len(frame) >= _HEADER_START.size:  # the common case in one unpack; anything unusual takes the reader below
         api_key, api_version, correlation_id, n = _HEADER_START.unpack_from(frame)
-        if api_key in api_names():
-            version = header_version if header_version is not None else _header_version(api_key, api_version)
+        version = _header_version(api_key, api_version)  # one cached look-up: also whether Kafka defines the key
+        if version is not None:
+            if header_version is not None:
+                version = header_version
             end = _HEADER_START.size + n
             if version >= 1 and n >= 0 and end < len(frame) and (version == 1 or frame[end] == 0):
                 try:

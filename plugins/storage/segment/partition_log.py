@@ -270,8 +270,9 @@ class SegmentLog:
             rolled = self._roll(first_offset)
             active = self._segments[-1]
         epoch = _EPOCH.unpack_from(records, _EPOCH_AT)[0]
-        if epoch >= 0 and (not self._epochs or epoch > self._epochs[-1][0]):
-            self._epochs.append((epoch, first_offset))
+        epochs = self._epochs
+        if epoch >= 0 and (not epochs or epoch > epochs[-1][0]):
+            epochs.append((epoch, first_offset))
             self._write_epochs()
         active.append(records)
         self._unflushed += record_count

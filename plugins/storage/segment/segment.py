@@ -265,36 +265,41 @@ class LogSegment:
         """Kafka's LogSegment.shouldRoll, for a non-empty segment. Its age, for
         segment.ms, is the incoming batch's timestamp minus the first batch's (the time
         since creation when either has none)."""
-        if self.rolling_base_ms >= 0 and max_timestamp >= 0:
-            waited = max_timestamp - self.rolling_base_ms
-        else:
-            waited = int(time.time() * 1000) - self.created_ms
-        return self.size > 0 and (
-            self.size + size > segment_bytes
-            or waited > segment_ms
+        filled = self.size
+        if not filled:
+            return False
+        if (
+            filled + size > segment_bytes
+            or last_offset - self.base_offset > INT32_MAX
             or self.offset_index.is_full
             or self.time_index.is_full
-            or last_offset - self.base_offset > INT32_MAX
-        )
+        ):
+            return True
+        if self.rolling_base_ms >= 0 and max_timestamp >= 0:
+            return max_timestamp - self.rolling_base_ms > segment_ms
+        return int(time.time() * 1000) - self.created_ms > segment_ms
 
     def append(self, records: bytearray | memoryview | bytes) -> None:
         """Write whole batches at the end of the log and index them."""
         position = self.size
+        end = len(records)
         try:
             written = os.write(self.fd, records)
-            while written < len(records):  # a short write (a signal, a nearly full disk): the rest
+            while written < end:  # a short write (a signal, a nearly full disk): the rest
                 written += os.write(self.fd, memoryview(records)[written:])
         except OSError:
             os.ftruncate(self.fd, position)  # never leave half a batch behind
             raise
-        self.size += len(records)
+        self.size = position + end
+        index_batch = self._index_batch
         p = 0
-        while p < len(records):
+        while p < end:
             base, length, last_delta, max_ts = _INDEXED.unpack_from(records, p)
             if position == 0 and p == 0:
                 self.rolling_base_ms = max_ts
-            self._index_batch(position + p, base + last_delta, max_ts, LOG_OVERHEAD + length)
-            p += LOG_OVERHEAD + length
+            length += LOG_OVERHEAD
+            index_batch(position + p, base + last_delta, max_ts, length)
+            p += length
             self.next_offset = base + last_delta + 1
 
     def _index_batch(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
