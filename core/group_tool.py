@@ -293,6 +293,17 @@ class _Groups:
                 f"is {described.group_state}."
             )
         partitions = self._partitions(group, args)
+        new = self.reset_offsets(partitions, args, lambda: self.committed(group))
+        if args.execute:
+            self._commit(group, new)
+        print()
+        _table([[group, t, p, o] for (t, p), o in sorted(new.items())], ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"])
+        return 0
+
+    def reset_offsets(self, partitions: list, args, current=None) -> dict[tuple[str, int], int]:
+        """The offsets a reset specification gives ``partitions``, clamped into [earliest,
+        latest] as Kafka's tool clamps them; ``current()`` gives the offsets --shift-by
+        moves (a tool without --shift-by passes none)."""
         earliest, latest = self.offsets(partitions, EARLIEST), self.offsets(partitions, LATEST)
         if args.to_datetime:
             stamp = int(datetime.fromisoformat(args.to_datetime).timestamp() * 1000)
@@ -304,21 +315,15 @@ class _Groups:
             wanted = dict(latest)
         elif args.to_offset is not None:
             wanted = dict.fromkeys(partitions, args.to_offset)
-        elif args.shift_by is not None:
-            current = self.committed(group)
-            wanted = {tp: current.get(tp, latest.get(tp, 0)) + args.shift_by for tp in partitions}
+        elif current is not None and args.shift_by is not None:
+            offsets = current()
+            wanted = {tp: offsets.get(tp, latest.get(tp, 0)) + args.shift_by for tp in partitions}
         else:
             raise ToolError(
                 "One of the reset specifications should be defined: --to-datetime, --to-earliest, --to-latest, "
-                "--to-offset, --shift-by."
+                "--to-offset" + (", --shift-by." if current is not None else ".")
             )
-        # Out-of-range offsets are clamped into [earliest, latest], as Kafka's tool does.
-        new = {tp: min(max(o, earliest.get(tp, 0)), latest.get(tp, o)) for tp, o in wanted.items() if tp in latest}
-        if args.execute:
-            self._commit(group, new)
-        print()
-        _table([[group, t, p, o] for (t, p), o in sorted(new.items())], ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"])
-        return 0
+        return {tp: min(max(o, earliest.get(tp, 0)), latest.get(tp, o)) for tp, o in wanted.items() if tp in latest}
 
     def _commit(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         spec = request_spec(OFFSET_COMMIT)

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime
 
 from . import client_config
 from .client import RawClient
 from .errors import ErrorCode
-from .group_tool import DELETE_GROUPS, DRY_RUN_WARNING, EARLIEST, FIND_COORDINATOR, LATEST, _Groups, _table
+from .group_tool import DELETE_GROUPS, DRY_RUN_WARNING, FIND_COORDINATOR, _Groups, _table
 from .protocol.frames import request_spec
 from .tools import ToolError, _check
 
@@ -150,23 +149,7 @@ class _ShareGroups(_Groups):
             partitions = self._partitions(group, args)
         else:  # --all-topics: the partitions the group has state for
             partitions = sorted(self.start_offsets(group))
-        earliest, latest = self.offsets(partitions, EARLIEST), self.offsets(partitions, LATEST)
-        if args.to_datetime:
-            stamp = int(datetime.fromisoformat(args.to_datetime).timestamp() * 1000)
-            at = self.offsets(partitions, stamp)
-            wanted = {tp: at.get(tp, latest.get(tp, 0)) for tp in partitions}
-        elif args.to_earliest:
-            wanted = dict(earliest)
-        elif args.to_latest:
-            wanted = dict(latest)
-        elif args.to_offset is not None:
-            wanted = dict.fromkeys(partitions, args.to_offset)
-        else:
-            raise ToolError(
-                "One of the reset specifications should be defined: --to-datetime, --to-earliest, --to-latest, "
-                "--to-offset."
-            )
-        new = {tp: min(max(o, earliest.get(tp, 0)), latest.get(tp, o)) for tp, o in wanted.items() if tp in latest}
+        new = self.reset_offsets(partitions, args)
         if args.execute:
             self._alter(group, new)
         print()

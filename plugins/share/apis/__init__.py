@@ -6,6 +6,7 @@ KafkaApis authorizes them) and the share-state requests brokers send the share c
 from __future__ import annotations
 
 from brokkr.core.apis.common import partition_of
+from brokkr.core.authorization import AclOperation, Action, ResourceType
 from brokkr.core.errors import ErrorCode
 
 MODULES = (
@@ -24,6 +25,19 @@ MAX_ACK_TYPE = {1: 3, 2: 4}
 def member_id_valid(member_id: str | None) -> bool:
     """Kafka's KafkaApis.isMemberIdValid."""
     return bool(member_id) and len(member_id) <= 36
+
+
+def refusal(broker, ctx, request) -> ErrorCode | None:
+    """What ShareFetch and ShareAcknowledge answer before their session is looked at (Kafka's
+    order): INVALID_REQUEST without a group id, GROUP_AUTHORIZATION_FAILED without READ on
+    the group, INVALID_REQUEST for a member id that is not valid; None when none applies."""
+    if request.group_id is None:
+        return ErrorCode.INVALID_REQUEST
+    if not broker.authorize(ctx, [Action(AclOperation.READ, ResourceType.GROUP, request.group_id)])[0]:
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    if not member_id_valid(request.member_id):
+        return ErrorCode.INVALID_REQUEST
+    return None
 
 
 def check_ack_batches(batches, version: int, is_renew_ack: bool) -> ErrorCode:

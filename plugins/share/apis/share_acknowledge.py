@@ -11,13 +11,13 @@ answered. Errors as ShareFetch's (:mod:`.share_fetch`).
 from __future__ import annotations
 
 from brokkr.core.apis import Api
-from brokkr.core.authorization import AclOperation, Action, ResourceType
+from brokkr.core.authorization import AclOperation
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import response_spec
 
 from ..manager import FINAL_EPOCH, SessionError
 from ..partition import group_setting
-from . import acknowledge, check_ack_batches, member_id_valid
+from . import acknowledge, check_ack_batches, refusal
 from .share_fetch import _leader, _manager
 
 KEY = 79
@@ -30,12 +30,9 @@ PartitionData = _R.struct("PartitionData")
 async def handle(broker, ctx, request):
     version = ctx.api_version
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
-    if group_id is None:
-        return error_response(request, ErrorCode.INVALID_REQUEST)
-    if not broker.authorize(ctx, [Action(AclOperation.READ, ResourceType.GROUP, group_id)])[0]:
-        return error_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    if not member_id_valid(member_id):
-        return error_response(request, ErrorCode.INVALID_REQUEST)
+    refused = refusal(broker, ctx, request)
+    if refused is not None:
+        return error_response(request, refused)
     renew = version >= 2 and request.is_renew_ack
     manager = _manager(broker)
     try:

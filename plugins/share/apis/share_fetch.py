@@ -26,14 +26,14 @@ import asyncio
 
 from brokkr.core.apis import Api
 from brokkr.core.apis.common import leadership
-from brokkr.core.authorization import AclOperation, Action, ResourceType
+from brokkr.core.authorization import AclOperation
 from brokkr.core.delayed import DelayedOperation
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import response_spec
 
 from ..manager import FINAL_EPOCH, INITIAL_EPOCH, SessionError
 from ..partition import group_setting
-from . import acknowledge, check_ack_batches, member_id_valid, share_partition_of
+from . import acknowledge, check_ack_batches, refusal, share_partition_of
 
 KEY = 78
 _R = response_spec(KEY)
@@ -68,12 +68,9 @@ class _Answer:
 async def handle(broker, ctx, request):
     version = ctx.api_version
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
-    if group_id is None:
-        return error_response(request, ErrorCode.INVALID_REQUEST)
-    if not broker.authorize(ctx, [Action(AclOperation.READ, ResourceType.GROUP, group_id)])[0]:
-        return error_response(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    if not member_id_valid(member_id):
-        return error_response(request, ErrorCode.INVALID_REQUEST)
+    refused = refusal(broker, ctx, request)
+    if refused is not None:
+        return error_response(request, refused)
     renew = version >= 2 and request.is_renew_ack
     if renew and (request.max_bytes or request.min_bytes or request.max_records or request.max_wait_ms):
         return error_response(request, ErrorCode.INVALID_REQUEST)
