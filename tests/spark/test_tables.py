@@ -217,6 +217,22 @@ def test_aborted_transactions_never_reach_a_table(brokkr_broker_factory, tmp_pat
         ({"brokkr.sink.table.partition": "day(kafka.when)"}, "the kafka struct has no field 'when'"),
         ({"brokkr.sink.table.mode": "avro"}, "must be one of key_value, value_schema_id_prefix"),
         ({"brokkr.sink.format": "delta"}, r"needs no_such_module_brokkr: pip install 'brokkr\[lake\]'"),
+        (
+            {"brokkr.sink.iceberg.catalog.type": "nessie", "brokkr.sink.format": "iceberg"},
+            "brokkr.sink.iceberg.catalog.type 'nessie' is not one of rest",
+        ),
+        (
+            {"brokkr.sink.iceberg.catalog.uri": "ftp://catalog", "brokkr.sink.format": "iceberg"},
+            "brokkr.sink.iceberg.catalog.uri: ",
+        ),
+        (
+            {"brokkr.sink.table.snapshot.retention.ms": "-1", "brokkr.sink.format": "iceberg"},
+            "brokkr.sink.table.snapshot.retention.ms must be zero or more, not -1",
+        ),
+        (
+            {"brokkr.sink.table.compact.interval.ms": "-5000", "brokkr.sink.format": "iceberg"},
+            "brokkr.sink.table.compact.interval.ms must be zero or more",
+        ),
     ],
 )
 def test_table_settings_are_checked_at_start(brokkr_broker_factory, tmp_path, monkeypatch, config, message):

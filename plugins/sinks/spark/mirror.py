@@ -360,7 +360,9 @@ class TableMirror:
         extra = [StructField("schema_id", IntegerType()), StructField("reason", StringType())]
         schema = StructType([*df.schema.fields, *extra, StructField("row", BinaryType())])
         decoded = df.mapInArrow(functools.partial(decode_batches, typer), schema).toArrow()
-        return typed_rows(decoded, typer, self.tables.schema(r.topic), r.topic)
+        table = self.tables.schema(r.topic)
+        widen = self.settings.format != "delta"  # deltalake keeps a column's type
+        return typed_rows(decoded, typer, table, r.topic, tombstones=self.upsert(r.topic), widen=widen)
 
     def typer(self, topic: str, mode: str) -> Any:
         from .typed import ValueTyper
@@ -496,12 +498,22 @@ def status(
     return out
 
 
+def internal(topic: str) -> bool:
+    """A broker's own topic by its name (``__consumer_offsets``, ``__transaction_state``,
+    ``__share_group_state``, the schema registry's ``_schemas``): a log dir says no more."""
+    return topic.startswith("_")
+
+
 def backfill(
     mirror: Mirror, log_dir: str | Path, topics: Iterable[str] = (), progress: Callable[[int], None] | None = None
 ) -> Iterator[Range]:
     """Mirror every segment of ``log_dir`` not yet committed; ``progress`` is told the
-    bytes of log done after each range (for a progress bar). Yields each range done."""
-    for (_topic, _partition), ranges in sorted(log_ranges(log_dir, topics).items()):
+    bytes of log done after each range (for a progress bar). Yields each range done.
+    Into tables, the brokers' own topics (:func:`internal`) only when ``topics`` names them."""
+    topics = tuple(topics)
+    for (topic, _partition), ranges in sorted(log_ranges(log_dir, topics).items()):
+        if isinstance(mirror, TableMirror) and not topics and internal(topic):
+            continue
         for r in ranges:
             if r.end > r.start:
                 mirror.mirror(r)

@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,7 +55,7 @@ WORK_FILE = "brokkr-sink-spark-work.json"
 
 
 def _partition_spec(value: str) -> None:
-    parse_partition_spec(value)
+    parse_partition_spec(value, None)  # the columns, per the table mode: TableSettings.check
 
 
 def _positive(value: int) -> None:
@@ -269,11 +270,13 @@ class SparkSink:
         self.process: subprocess.Popen | None = None
         self.restarts = 0
         self._task: asyncio.Task | None = None
+        # A tick's hand-over may still run on its thread when stop() hands over the last work.
+        self._handing_over = threading.Lock()
 
     def wants(self, partition: Partition) -> bool:
         name = partition.topic.name
-        if self.format != "parquet" and name in self.broker.internal_topics:
-            return False  # the brokers' own records (__consumer_offsets, _schemas, ...) make no table
+        if self.format != "parquet" and name in self.broker.internal_topics and name not in self.topics:
+            return False  # the brokers' own records (__consumer_offsets, _schemas, ...) make no table unless asked
         return not self.topics or name in self.topics
 
     def track(self, partition: Partition) -> None:
@@ -325,9 +328,10 @@ class SparkSink:
         """Off the loop: hand the work over, read what is mirrored."""
         from brokkr.plugins.storage.segment.files import write_atomically
 
-        write_atomically(self.work_file, work)
-        for (topic, index), offset in self.commits.all().items():
-            self.progress.mark_mirrored(topic, index, offset)
+        with self._handing_over:
+            write_atomically(self.work_file, work)
+            for (topic, index), offset in self.commits.all().items():
+                self.progress.mark_mirrored(topic, index, offset)
 
     def _supervise(self) -> None:
         if self.process is not None and self.process.poll() is None:

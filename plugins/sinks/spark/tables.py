@@ -25,8 +25,18 @@ Rows (``brokkr.sink.table.mode``, Redpanda's names)::
                   headers array<struct<key string, value binary>>, producer_id long>
 
 Records the typed modes cannot decode go to the table ``<topic>_dlq`` (key, value, reason,
-kafka). Upsert tables (compacted topics, ``brokkr.sink.table.upsert``) hold the latest row
-per key; a tombstone deletes the key's row.
+kafka). A value schema with a top-level field named ``key`` or ``kafka`` (the table's own
+columns) is refused for the table like an incompatible one: an error is logged and its
+records go to ``<topic>_dlq``, none renamed or dropped.
+
+Upsert tables (compacted topics, ``brokkr.sink.table.upsert``) hold the latest row per key
+(the record of the highest offset); a tombstone deletes the key's row (typed rows too), a
+record without a key is not kept. Every commit first reads the table's record on the
+snapshot it builds on and adds only offsets past it (a replayed range adds nothing); a
+commit that loses a race with another writer fails (pyiceberg's commit retries are turned
+off on the tables, they would re-apply the files with a stale record) and the mirror starts
+over from what the table says. Delta keeps a column's type: a schema that widens one is
+refused for a Delta table (its records are dead letters), Iceberg widens the column.
 """
 
 from __future__ import annotations
@@ -57,6 +67,10 @@ RANGE_KEY = "brokkr.range."
 #: The default Iceberg catalog's SQLite file, under a local lake.
 CATALOG_FILE = "_brokkr_iceberg.db"
 DLQ_SUFFIX = "_dlq"
+#: Typed upsert rows: true for a tombstone (its value columns null); never a table's column.
+TOMBSTONE = "_brokkr_tombstone"
+#: The columns a typed table has besides the value's fields: a value field may not be one.
+RESERVED = ("key", "kafka", TOMBSTONE)
 
 HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 KAFKA = pa.struct(
@@ -96,13 +110,15 @@ class PartitionField:
         return base if self.transform == "identity" else f"{base}_{self.transform}"
 
 
-def parse_partition_spec(spec: str | None, columns: Iterable[str] = ("key", "value")) -> list[PartitionField]:
+def parse_partition_spec(spec: str | None, columns: Iterable[str] | None = ("key", "value")) -> list[PartitionField]:
     """``day(timestamp), identity(kafka.partition), bucket(16, key)``: a column of the table
-    or a field of its ``kafka`` struct (found there when the table has no such column)."""
+    or a field of its ``kafka`` struct (found there when the table has no such column).
+    ``columns`` None: the table's columns are not known yet (the typed modes' come from
+    the value's schema), so any column name is taken."""
     fields: list[PartitionField] = []
     if not spec or not spec.strip():
         return fields
-    known, kafka = set(columns), {f.name for f in KAFKA}
+    known, kafka = set(columns) if columns is not None else None, {f.name for f in KAFKA}
     for item in _split_spec(spec):
         m = _SPEC_ITEM.fullmatch(item)
         if m is None:
@@ -113,10 +129,10 @@ def parse_partition_spec(spec: str | None, columns: Iterable[str] = ("key", "val
         width = int(m["n"]) if m["n"] else None
         if (transform in ("bucket", "truncate")) != (width is not None):
             raise ValueError(f"{item!r}: bucket and truncate take a number first, the others none")
-        if column not in known and not column.startswith("kafka."):
+        if (known is None or column not in known) and not column.startswith("kafka."):
             if column in kafka:
                 column = f"kafka.{column}"
-            elif known == {"key", "value"}:
+            elif known is not None:
                 raise ValueError(f"{item!r}: no column {column!r} (key, value, kafka.<{', '.join(sorted(kafka))}>)")
         if column.startswith("kafka.") and column[len("kafka.") :] not in kafka:
             raise ValueError(f"{item!r}: the kafka struct has no field {column[len('kafka.') :]!r}")
@@ -166,7 +182,7 @@ class TableSettings:
                 raise ValueError(f"brokkr.sink.format={self.format} needs {module}: pip install 'brokkr[lake]'")
         if self.mode not in MODES:
             raise ValueError(f"brokkr.sink.table.mode {self.mode!r} is not one of {', '.join(MODES)}")
-        fields = parse_partition_spec(self.partition)
+        fields = parse_partition_spec(self.partition, self.columns())
         if self.format == "delta" and any(f.transform in ("bucket", "truncate") for f in fields):
             raise ValueError(
                 "brokkr.sink.table.partition: bucket and truncate are Iceberg's; Delta takes identity, "
@@ -178,8 +194,31 @@ class TableSettings:
             raise ValueError(
                 f"the lake {self.lake} is not local: give an Iceberg catalog (brokkr.sink.iceberg.catalog.uri ...)"
             )
-        if self.flush_records <= 0:
-            raise ValueError("brokkr.sink.table.flush.records must be positive")
+        for name, value, least in (
+            ("brokkr.sink.table.flush.records", self.flush_records, 1),
+            ("brokkr.sink.table.compact.min.files", self.compact_min_files, 1),
+            ("brokkr.sink.table.target.file.bytes", self.target_file_bytes, 1),
+            ("brokkr.sink.table.compact.interval.ms", self.compact_interval_s * 1000, 0),
+            ("brokkr.sink.table.snapshot.retention.ms", self.snapshot_retention_s * 1000, 0),
+        ):
+            if value < least:
+                raise ValueError(f"{name} must be {'positive' if least else 'zero or more'}, not {value:g}")
+        if self.format == "iceberg" and ("type" in self.catalog or "uri" in self.catalog):
+            from pyiceberg.catalog import CatalogType, infer_catalog_type
+
+            kinds = [c.value for c in CatalogType]
+            kind = self.catalog.get("type")
+            if kind is not None and kind.lower() not in kinds:
+                raise ValueError(f"brokkr.sink.iceberg.catalog.type {kind!r} is not one of {', '.join(kinds)}")
+            if kind is None:
+                try:
+                    infer_catalog_type("brokkr", dict(self.catalog))
+                except ValueError as exc:
+                    raise ValueError(f"brokkr.sink.iceberg.catalog.uri: {exc} (or give catalog.type)") from None
+
+    def columns(self) -> tuple[str, ...] | None:
+        """The tables' columns a partition spec may name (None: the value's, not known yet)."""
+        return ("key", "value") if self.mode == KEY_VALUE else None
 
     def catalog_properties(self) -> dict[str, str]:
         """pyiceberg's catalog properties: the given ones over the default SQL catalog in a
@@ -230,11 +269,21 @@ def decode_batches(typer: Any, batches: Iterable[pa.RecordBatch]) -> Iterable[pa
         )
 
 
-def typed_rows(decoded: pa.Table, typer: Any, table_schema: pa.Schema | None, topic: str) -> tuple[pa.Table, pa.Table]:
+def typed_rows(
+    decoded: pa.Table,
+    typer: Any,
+    table_schema: pa.Schema | None,
+    topic: str,
+    tombstones: bool = False,
+    widen: bool = True,
+) -> tuple[pa.Table, pa.Table]:
     """(the table's rows: ``key``, the value's columns, ``kafka``; the dead-letter rows: key,
     value, reason, ``kafka``) from :func:`decode_batches`' output. The rows' columns are the
     table's evolved (:func:`~brokkr.plugins.sinks.spark.typed.evolve`) by each schema id's
-    in turn; the records of a schema id the table cannot evolve to are dead letters, with why."""
+    in turn; the records of a schema id the table cannot evolve to are dead letters, with why.
+    With ``tombstones`` (an upsert table) a record with a key and a null value is a row, its
+    value columns null and :data:`TOMBSTONE` true (the rows then have that column). Without
+    ``widen`` (a Delta table) a schema that widens a column's type is refused too."""
     import pickle
 
     from .typed import DLQ_SCHEMA, IncompatibleSchema, evolve
@@ -243,8 +292,12 @@ def typed_rows(decoded: pa.Table, typer: Any, table_schema: pa.Schema | None, to
     ids, reasons = decoded.column("schema_id").to_pylist(), decoded.column("reason").to_pylist()
     groups: dict[int, list[int]] = {}
     dead: list[tuple[int, str]] = []
+    tombs: list[int] = []
+    deletes = pc.and_(pc.is_null(decoded.column("value")), pc.is_valid(decoded.column("key"))).to_pylist()
     for i, (schema_id, reason) in enumerate(zip(ids, reasons)):
-        if reason is not None:
+        if tombstones and deletes[i]:
+            tombs.append(i)
+        elif reason is not None:
             dead.append((i, reason))
         else:
             groups.setdefault(schema_id, []).append(i)
@@ -253,7 +306,13 @@ def typed_rows(decoded: pa.Table, typer: Any, table_schema: pa.Schema | None, to
     for schema_id, rows in sorted(groups.items()):
         try:
             columns = typer.arrow_schema(schema_id)
-            merged = columns if values is None else evolve(values, columns)
+            taken = [n for n in columns.names if n in RESERVED]
+            if taken:
+                raise IncompatibleSchema(
+                    f"its field {taken[0]!r} has the name of the table's own {taken[0]} column "
+                    "(rename the field, or use the key_value mode)"
+                )
+            merged = columns if values is None else evolve(values, columns, widen)
         except IncompatibleSchema as exc:
             log.error(
                 "%s: schema id %d cannot be the table's: %s (its records go to %s%s)",
@@ -282,6 +341,14 @@ def typed_rows(decoded: pa.Table, typer: Any, table_schema: pa.Schema | None, to
                 columns.append(pa.nulls(len(part), field.type))
         tables.append(pa.Table.from_arrays([*columns, kafkas], schema=schema))
     good = pa.concat_tables(tables) if tables else schema.empty_table()
+    if tombstones:
+        take = pa.array(tombs, pa.int64())
+        dropped = pa.Table.from_arrays(
+            [decoded.column("key").take(take), *(pa.nulls(len(tombs), f.type) for f in values), kafka.take(take)],
+            schema=schema,
+        )
+        good = pa.concat_tables([good, dropped])
+        good = good.append_column(TOMBSTONE, pa.array([False] * (len(good) - len(tombs)) + [True] * len(tombs)))
     dead.sort()
     take = pa.array([i for i, _ in dead], pa.int64())
     dlq = pa.Table.from_arrays(
@@ -297,25 +364,46 @@ def typed_rows(decoded: pa.Table, typer: Any, table_schema: pa.Schema | None, to
 
 
 def latest_per_key(rows: pa.Table) -> tuple[pa.Table, list[bytes], int]:
-    """For an upsert: the last row of each key (by offset), the keys whose last record is a
-    tombstone, and how many rows had no key (not kept: a compacted topic has none)."""
+    """For an upsert: the last row of each key (by offset, whatever the rows' order), the
+    keys whose last record is a tombstone (a null ``value``, or :data:`TOMBSTONE` where the
+    rows have it: typed rows), and how many rows had no key (not kept: a compacted topic
+    has none). The rows come back without :data:`TOMBSTONE`."""
     keys = rows.column("key").to_pylist()
-    values_null = pc.is_null(rows.column("value")).to_pylist()
+    offsets = pc.struct_field(rows.column("kafka"), "offset").to_pylist()
+    if TOMBSTONE in rows.column_names:
+        dropped = rows.column(TOMBSTONE).fill_null(False).to_pylist()
+        rows = rows.drop_columns([TOMBSTONE])
+    else:
+        dropped = pc.is_null(rows.column("value")).to_pylist()
     last: dict[bytes, int] = {}
     no_key = 0
     for i, k in enumerate(keys):
         if k is None:
             no_key += 1
-        else:
+        elif k not in last or offsets[i] > offsets[last[k]]:
             last[k] = i
-    live = [i for k, i in last.items() if not values_null[i]]
-    deleted = [k for k, i in last.items() if values_null[i]]
+    live = [i for k, i in last.items() if not dropped[i]]
+    deleted = [k for k, i in last.items() if dropped[i]]
     return rows.take(pa.array(sorted(live), pa.int64())), deleted, no_key
+
+
+def not_yet_mirrored(rows: pa.Table, first: int, end: int, done: int) -> tuple[pa.Table, int] | None:
+    """The rows of ``[first, end)`` the table does not hold yet, given that it records
+    ``done`` as mirrored (``(rows, first)`` trimmed; None: nothing is left). A replayed range,
+    or another mirror that committed it meanwhile, never adds an offset twice."""
+    if done >= end:
+        return None
+    if done > first:
+        rows = rows.filter(pc.greater_equal(pc.struct_field(rows.column("kafka"), "offset"), done))
+        first = done
+    return rows, first
 
 
 def with_partition_columns(rows: pa.Table, fields: list[PartitionField]) -> pa.Table:
     """Delta's partition columns, derived from the rows (Iceberg derives its own)."""
     for f in fields:
+        if f.name in rows.column_names:  # identity of a column: the column itself
+            continue
         source = rows.column(f.source) if "." not in f.source else _nested(rows, f.source)
         if f.transform == "identity":
             column = source
@@ -347,7 +435,7 @@ class Tables:
 
     def __init__(self, settings: TableSettings):
         self.settings = settings
-        self.partition_fields = parse_partition_spec(settings.partition)
+        self.partition_fields = parse_partition_spec(settings.partition, settings.columns())
 
     def mirrored_offset(self, topic: str, partition: int) -> int:
         """The offset the table says ``topic``'s partition is mirrored up to (0: none)."""
@@ -386,6 +474,19 @@ def tables_for(settings: TableSettings) -> Tables:
     return IcebergTables(settings) if settings.format == "iceberg" else DeltaTables(settings)
 
 
+#: pyiceberg retries a commit that lost a race by re-applying its files on the winner's
+#: snapshot, with the summary (the offsets record) it computed before: a second copy of the
+#: rows, or an older record. Off: a conflict fails the commit, and the mirror starts over
+#: from what the table then says.
+NO_RETRIES = {"commit.retry.num-retries": "0"}
+
+
+def _no_blind_retries(table: Any) -> Any:
+    if table.metadata.properties.get("commit.retry.num-retries") != "0":
+        table = table.transaction().set_properties(NO_RETRIES).commit_transaction()
+    return table
+
+
 class IcebergTables(Tables):
     def __init__(self, settings: TableSettings):
         super().__init__(settings)
@@ -404,16 +505,16 @@ class IcebergTables(Tables):
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            return self.catalog.load_table(self.identifier(topic))
+            return _no_blind_retries(self.catalog.load_table(self.identifier(topic)))
         except NoSuchTableError:
             if schema is None:
                 return None
         from pyiceberg.exceptions import TableAlreadyExistsError
 
         try:
-            table = self.catalog.create_table(self.identifier(topic), schema=schema)
+            table = self.catalog.create_table(self.identifier(topic), schema=schema, properties=NO_RETRIES)
         except TableAlreadyExistsError:
-            return self.catalog.load_table(self.identifier(topic))
+            return _no_blind_retries(self.catalog.load_table(self.identifier(topic)))
         if self.partition_fields:
             from pyiceberg import transforms as T
 
@@ -445,13 +546,21 @@ class IcebergTables(Tables):
     def commit(self, topic, partition, first, end, rows, upsert=False, crash=None):
         from pyiceberg.expressions import In
 
-        table = self.table(topic, rows.schema)
-        table = self._evolve(table, rows.schema)
-        properties = {**self._recorded(table), f"{MIRRORED_KEY}{partition}": str(end)}
+        columns = pa.schema([f for f in rows.schema if f.name != TOMBSTONE])
+        table = self.table(topic, columns)
+        table = self._evolve(table, columns)
+        # the record this commit builds on: a concurrent commit fails it (CommitFailedException)
+        recorded = self._recorded(table)
+        left = not_yet_mirrored(rows, first, end, int(recorded.get(f"{MIRRORED_KEY}{partition}", 0)))
+        if left is None:
+            return 0
+        rows, first = left
+        properties = {**recorded, f"{MIRRORED_KEY}{partition}": str(end)}
         properties[f"{RANGE_KEY}{partition}"] = f"{first}-{end - 1}"
         deleted: list[bytes] = []
         if upsert:
             rows, deleted, _ = latest_per_key(rows)
+        rows = rows.select(columns.names)
         with table.transaction() as tx:
             if upsert:
                 keys = [*deleted, *rows.column("key").to_pylist()]
@@ -563,12 +672,21 @@ class DeltaTables(Tables):
 
         done = CommitProperties(app_transactions=[Transaction(f"{topic}-{partition}", end)])
         partition_by = [f.name for f in self.partition_fields] or None
+        # the version this commit builds on: a concurrent commit of the partition fails it
+        table = self.table(topic)
+        recorded = (table.transaction_version(f"{topic}-{partition}") or 0) if table is not None else 0
+        left = not_yet_mirrored(rows, first, end, recorded)
+        if left is None:
+            return 0
+        rows, first = left
         rows = with_partition_columns(rows, self.partition_fields)
         if crash is not None:
             crash()
         if not upsert:
+            if TOMBSTONE in rows.column_names:
+                rows = rows.drop_columns([TOMBSTONE])
             write_deltalake(
-                self.uri(topic),
+                table if table is not None else self.uri(topic),
                 rows,
                 mode="append",
                 partition_by=partition_by,
@@ -577,11 +695,13 @@ class DeltaTables(Tables):
             )
             return len(rows)
         latest, deleted, _ = latest_per_key(rows)
-        table = self.table(topic)
         if table is None:
-            write_deltalake(self.uri(topic), rows.schema.empty_table(), mode="append", partition_by=partition_by)
+            write_deltalake(self.uri(topic), latest.schema.empty_table(), mode="append", partition_by=partition_by)
             table = self.table(topic)
-        source = pa.concat_tables([latest, _tombstones(rows, deleted)])
+        gone = _tombstones(rows.select(latest.column_names), deleted)
+        source = pa.concat_tables([latest, gone]).append_column(
+            TOMBSTONE, pa.array([False] * len(latest) + [True] * len(gone))
+        )
         (
             table.merge(
                 source,
@@ -591,9 +711,9 @@ class DeltaTables(Tables):
                 commit_properties=done,
                 merge_schema=True,
             )
-            .when_matched_delete(predicate="s.value IS NULL")
-            .when_matched_update_all(predicate="s.value IS NOT NULL")
-            .when_not_matched_insert_all(predicate="s.value IS NOT NULL")
+            .when_matched_delete(predicate=f"s.{TOMBSTONE}")
+            .when_matched_update_all(predicate=f"NOT s.{TOMBSTONE}", except_cols=[TOMBSTONE])
+            .when_not_matched_insert_all(predicate=f"NOT s.{TOMBSTONE}", except_cols=[TOMBSTONE])
             .execute()
         )
         return len(latest)
@@ -658,16 +778,16 @@ def _small(schema: pa.Schema) -> pa.Schema:
 
 
 def _tombstones(rows: pa.Table, keys: list[bytes]) -> pa.Table:
-    """One row per deleted key (null value), for a merge's delete clause."""
+    """One row per deleted key, for a merge's delete clause."""
     if not keys:
         return rows.schema.empty_table()
     wanted = set(keys)
     keep, seen = [], set()
-    for i, k in reversed(list(enumerate(rows.column("key").to_pylist()))):
+    for i, k in enumerate(rows.column("key").to_pylist()):
         if k in wanted and k not in seen:
             seen.add(k)
             keep.append(i)
-    return rows.take(pa.array(sorted(keep), pa.int64()))
+    return rows.take(pa.array(keep, pa.int64()))
 
 
 def _add_actions(table: Any) -> list[dict]:

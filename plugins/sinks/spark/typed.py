@@ -845,18 +845,20 @@ def _error_code(error: urllib.error.HTTPError) -> int | None:
 # -- evolution -------------------------------------------------------------------------------------
 
 
-def evolve(table_schema: pa.Schema, new: pa.Schema) -> pa.Schema:
+def evolve(table_schema: pa.Schema, new: pa.Schema, widen: bool = True) -> pa.Schema:
     """The table's schema after rows of ``new`` join it, as Iceberg and Delta evolve a
     table: its columns kept in their order (one that ``new`` lacks, or allows null in,
     becomes nullable), ``new``'s other columns appended as nullable (rows already written
     have none), int32 -> int64, float32 -> float64 and decimal(P, S) -> decimal(P', S) with
     P' > P widened, structs merged field by field, list items and map values likewise.
     Raises IncompatibleSchema for any other type change (string -> int, a struct for a
-    list, int64 -> int32 is kept as int64: the table's wider type stays)."""
-    return pa.schema(_merge_fields(list(table_schema), list(new), ""), metadata=table_schema.metadata)
+    list, int64 -> int32 is kept as int64: the table's wider type stays). Without ``widen``
+    (Delta: deltalake keeps a column's type and fails values that do not fit it) a widening
+    raises IncompatibleSchema too."""
+    return pa.schema(_merge_fields(list(table_schema), list(new), "", widen), metadata=table_schema.metadata)
 
 
-def _merge_fields(old: list[pa.Field], new: list[pa.Field], where: str) -> list[pa.Field]:
+def _merge_fields(old: list[pa.Field], new: list[pa.Field], where: str, widen: bool = True) -> list[pa.Field]:
     by_name = {field.name: field for field in new}
     merged = []
     for field in old:
@@ -864,7 +866,7 @@ def _merge_fields(old: list[pa.Field], new: list[pa.Field], where: str) -> list[
         if other is None:
             merged.append(field.with_nullable(True))
         else:
-            type_ = _merge_type(field.type, other.type, where + field.name)
+            type_ = _merge_type(field.type, other.type, where + field.name, widen)
             merged.append(field.with_type(type_).with_nullable(field.nullable or other.nullable))
     merged.extend(field.with_nullable(True) for field in new if field.name in by_name)
     return merged
@@ -873,25 +875,28 @@ def _merge_fields(old: list[pa.Field], new: list[pa.Field], where: str) -> list[
 _WIDER = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}
 
 
-def _merge_type(old: pa.DataType, new: pa.DataType, where: str) -> pa.DataType:
+def _merge_type(old: pa.DataType, new: pa.DataType, where: str, widen: bool = True) -> pa.DataType:
     if old == new:
         return old
     if (new, old) in _WIDER:  # the table's type is already the wider one
         return old
+    decimals = pa.types.is_decimal(old) and pa.types.is_decimal(new) and old.scale == new.scale
+    if not widen and ((old, new) in _WIDER or (decimals and new.precision > old.precision)):
+        raise IncompatibleSchema(f"{where}: a column of {old} cannot become {new} (a Delta table's types stay)")
     if (old, new) in _WIDER:
         return new
-    if pa.types.is_decimal(old) and pa.types.is_decimal(new) and old.scale == new.scale:
+    if decimals:
         return old if old.precision >= new.precision else new
     if pa.types.is_struct(old) and pa.types.is_struct(new):
-        return pa.struct(_merge_fields(list(old), list(new), where + "."))
+        return pa.struct(_merge_fields(list(old), list(new), where + ".", widen))
     if pa.types.is_list(old) and pa.types.is_list(new):
-        item = _merge_type(old.value_type, new.value_type, where + "[]")
+        item = _merge_type(old.value_type, new.value_type, where + "[]", widen)
         nullable = old.value_field.nullable or new.value_field.nullable
         return pa.list_(old.value_field.with_type(item).with_nullable(nullable))
     if pa.types.is_map(old) and pa.types.is_map(new):
         if old.key_type != new.key_type:
             raise IncompatibleSchema(f"{where}: map keys of {old.key_type} cannot become {new.key_type}")
-        value = _merge_type(old.item_type, new.item_type, where + "[]")
+        value = _merge_type(old.item_type, new.item_type, where + "[]", widen)
         nullable = old.item_field.nullable or new.item_field.nullable
         return pa.map_(old.key_field, old.item_field.with_type(value).with_nullable(nullable))
     raise IncompatibleSchema(f"{where}: a column of {old} cannot become {new}")
