@@ -31,14 +31,19 @@ DRY_RUN_WARNING = (
 
 
 def consumer_groups(args: argparse.Namespace) -> int:
+    return run_group_tool(args, _Groups, "brokkr-consumer-groups")
+
+
+def run_group_tool(args: argparse.Namespace, tool_class: type[_Groups], client_id: str) -> int:
+    """``brokkr consumer-groups`` and ``brokkr share-groups``: the action asked, on each group."""
     if args.reset_offsets and not (args.execute or args.dry_run):
         print(DRY_RUN_WARNING, file=sys.stderr)
     if isinstance(sys.stdout, io.TextIOWrapper):  # each line written at once: a reader gone (head) is met below
         sys.stdout.reconfigure(line_buffering=True)
     try:
         config = client_config.of_args(args)
-        with RawClient(args.bootstrap_server, client_id="brokkr-consumer-groups", config=config) as client:
-            tool = _Groups(client, args.bootstrap_server, config)
+        with RawClient(args.bootstrap_server, client_id=client_id, config=config) as client:
+            tool = tool_class(client, args.bootstrap_server, config)
             if args.list:
                 return tool.list(args)
             groups = tool.group_ids(args)

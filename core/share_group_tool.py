@@ -12,7 +12,7 @@ import sys
 from . import client_config
 from .client import RawClient
 from .errors import ErrorCode
-from .group_tool import DELETE_GROUPS, DRY_RUN_WARNING, FIND_COORDINATOR, _Groups, _table
+from .group_tool import DELETE_GROUPS, FIND_COORDINATOR, _Groups, _table, run_group_tool
 from .protocol.frames import request_spec
 from .tools import ToolError, _check
 
@@ -21,30 +21,7 @@ MISSING = "-"
 
 
 def share_groups(args: argparse.Namespace) -> int:
-    if args.reset_offsets and not (args.execute or args.dry_run):
-        print(DRY_RUN_WARNING, file=sys.stderr)
-    try:
-        config = client_config.of_args(args)
-        with RawClient(args.bootstrap_server, client_id="brokkr-share-groups", config=config) as client:
-            tool = _ShareGroups(client, args.bootstrap_server, config)
-            if args.list:
-                return tool.list(args)
-            groups = tool.group_ids(args)
-            if args.describe:
-                return max((tool.describe(g, args) for g in groups), default=0)
-            if args.reset_offsets:
-                return max((tool.reset(g, args) for g in groups), default=0)
-            if args.delete_offsets:
-                return max((tool.delete_offsets(g, args) for g in groups), default=0)
-            if args.delete:
-                return tool.delete(groups)
-    except ToolError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    except OSError as exc:  # the client's errors name the broker's address
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    return 2
+    return run_group_tool(args, _ShareGroups, "brokkr-share-groups")
 
 
 class _ShareGroups(_Groups):
@@ -207,7 +184,10 @@ class _ShareGroups(_Groups):
             print("\nThese share groups were deleted successfully: " + ", ".join(f"'{g}'" for g in ok))
         return 1
 
-    def delete_offsets(self, group: str, args) -> int:
+    def delete_offsets(self, groups: list[str], args) -> int:
+        return max((self._delete_offsets(g, args) for g in groups), default=0)
+
+    def _delete_offsets(self, group: str, args) -> int:
         if not args.topic:
             raise ToolError("Option --delete-offsets takes --topic.")
         names = [t.partition(":")[0] for t in args.topic]
