@@ -98,6 +98,8 @@ class PartitionedCoordinator:
     internal: InternalTopic
     #: The setting of how long a write waits to be acknowledged, in ms.
     write_timeout: str
+    #: The setting of the bytes read per step when a partition loads (None: LOAD_CHUNK_BYTES).
+    load_buffer: str | None = None
     #: Whether batches with the transactional flag are replayed while loading.
     replays_transactional = False
 
@@ -238,9 +240,10 @@ class PartitionedCoordinator:
 
     async def _replay_partition(self, partition) -> int:
         offset, end, count = partition.log.log_start_offset, partition.high_watermark, 0
+        chunk = self.broker.config[self.load_buffer] if self.load_buffer else LOAD_CHUNK_BYTES
         while offset < end:
             try:
-                data = partition.log.read(offset, LOAD_CHUNK_BYTES, end, True)
+                data = partition.log.read(offset, chunk, end, True)
             except OffsetOutOfRange:  # retention or cleaning moved the start meanwhile
                 offset = partition.log.log_start_offset
                 continue

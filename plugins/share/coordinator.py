@@ -120,6 +120,7 @@ class ShareCoordinator(PartitionedCoordinator):
         cleanup_policy="delete",
     )
     write_timeout = "share.coordinator.write.timeout.ms"
+    load_buffer = "share.coordinator.load.buffer.size"
 
     def __init__(self, broker):
         super().__init__(broker)
