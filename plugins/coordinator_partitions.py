@@ -226,8 +226,16 @@ class PartitionedCoordinator:
         self.unloaded(index)
 
     async def _load(self, index: int, epoch: int) -> None:
+        partition = self.broker.partition(self.topic, index)
         try:
-            count = await self._replay_partition(self.broker.partition(self.topic, index))
+            count = await self._replay_partition(partition)
+            # A new leader's high watermark may still lag writes acknowledged under the old
+            # one (its followers learn the high watermark a fetch later): the log is read to
+            # its end, and served once that end is committed (Kafka's loader reads to the log
+            # end offset too).
+            end = partition.log.log_end_offset
+            while partition.high_watermark < end and self.owned.get(index) == (False, epoch):
+                await self.broker.wait_acknowledged({partition: end}, 1000)
         except Exception:  # served with what loaded rather than refused for ever
             log.exception("loading %s-%d failed; its keys are served with what was read", self.topic, index)
             count = -1
@@ -239,7 +247,7 @@ class PartitionedCoordinator:
             self.loaded(index)
 
     async def _replay_partition(self, partition) -> int:
-        offset, end, count = partition.log.log_start_offset, partition.high_watermark, 0
+        offset, end, count = partition.log.log_start_offset, partition.log.log_end_offset, 0
         chunk = self.broker.config[self.load_buffer] if self.load_buffer else LOAD_CHUNK_BYTES
         while offset < end:
             try:

@@ -3,6 +3,8 @@ of a group as Kafka computes it, ``__consumer_offsets`` and the load-in-progress
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from authorizers import Deny
 from brokkr.core.authorization import AclOperation, ResourceType
@@ -132,3 +134,36 @@ def test_groups_of_a_loading_partition_answer_load_in_progress_then_resign(brokk
     assert brokkr_broker.call(take_over_again) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     brokkr_broker.call(groups.wait_loaded)
     assert groups.check_coordinator("g") == ErrorCode.NONE and groups.owned[index][1] == 5
+
+
+def test_a_new_leader_serves_its_log_to_the_end_once_that_end_is_committed(brokkr_broker):
+    """A new leader's high watermark may lag writes acknowledged under the old leader (a
+    follower learns it a fetch later): the coordinator loads the log to its end and serves
+    only once the high watermark has reached it, never a state without those writes."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    admin = pytest.importorskip("confluent_kafka.admin")
+    offsets_topic_created(brokkr_broker)
+    groups = coordinator_of(brokkr_broker.broker)
+    index = groups.partition_for("g")
+    client = admin.AdminClient({"bootstrap.servers": brokkr_broker.bootstrap_servers})
+    client.create_topics([admin.NewTopic("t", 1)])["t"].result(30)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": brokkr_broker.bootstrap_servers, "group.id": "g"})
+    try:
+        consumer.commit(offsets=[confluent_kafka.TopicPartition("t", 0, 42)], asynchronous=False)
+    finally:
+        consumer.close()
+    partition = brokkr_broker.broker.partition(OFFSETS_TOPIC, index)
+    end = partition.log.log_end_offset
+
+    def take_over_with_a_lagging_high_watermark():
+        groups.resigned(index)
+        partition.lower_high_watermark(partition.log.log_start_offset)
+        groups.became_leader(index, 5)
+
+    brokkr_broker.call(take_over_with_a_lagging_high_watermark)
+    time.sleep(0.5)
+    assert groups.check_coordinator("g") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    brokkr_broker.call(lambda: brokkr_broker.broker.advance_high_watermark(partition, end))
+    brokkr_broker.call(groups.wait_loaded)
+    assert groups.check_coordinator("g") == ErrorCode.NONE
+    assert groups.offsets.by_group["g"][("t", 0)].offset == 42
