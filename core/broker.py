@@ -262,6 +262,16 @@ class Broker:
     def bootstrap_servers(self) -> str:
         return ",".join(f"{listener.host}:{listener.port}" for listener in self.listeners)
 
+    @property
+    def serving(self) -> bool:
+        """Whether the broker is started and not yet stopping."""
+        return self._server is not None
+
+    def open_connections(self) -> dict[str, int]:
+        """The open client connections per listener name (none before the start)."""
+        quotas = self._server.quotas if self._server is not None else None
+        return {lst.name: quotas.per_listener[lst.name] if quotas else 0 for lst in self.listeners}
+
     # -- topics -----------------------------------------------------------------------
 
     def create_topic(

@@ -230,9 +230,8 @@ class _Gauges:
         connections = GaugeMetricFamily(
             "kafka_server_socketservermetrics_connection_count", "Open connections.", labels=["listener"]
         )
-        quotas = getattr(broker._server, "quotas", None)
-        for listener in broker.listeners:
-            connections.add_metric([listener.name], quotas.per_listener[listener.name] if quotas else 0)
+        for listener, count in broker.open_connections().items():
+            connections.add_metric([listener], count)
         yield connections
         size = GaugeMetricFamily("kafka_log_log_size", "Partition size in bytes.", labels=["topic", "partition"])
         start = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset.", labels=["topic", "partition"])
@@ -276,7 +275,7 @@ def _handler(metrics: BrokerMetrics) -> type[http.server.BaseHTTPRequestHandler]
             if self.path.split("?")[0] == "/metrics":
                 status, body, kind = 200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST
             elif self.path == "/health":
-                serving = metrics.broker._server is not None
+                serving = metrics.broker.serving
                 status, body, kind = (200, b"serving\n", "text/plain") if serving else (503, b"stopped\n", "text/plain")
             else:
                 status, body, kind = 404, b"not found\n", "text/plain"
