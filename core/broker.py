@@ -32,14 +32,13 @@ from .cluster import TopicAssignment
 from .compression import collect_codecs
 from .config import BROKER_CONFIGS, BrokerConfig, NotDynamic, format_value
 from .context import RequestContext
-from .delayed import DelayedOperation, Purgatory
+from .delayed import Purgatory
 from .errors import BrokkrError, ConfigError, ErrorCode
 from .group_configs import GroupConfigs
 from .internal_topics import InternalTopic, collect_internal_topics
 from .listeners import configured_listeners
 from .log import (
     OPEN_TURN_S,
-    AppendInfo,
     Capability,
     OffsetOutOfRange,
     Storage,
@@ -56,7 +55,6 @@ from .replication import ReplicaManager
 from .retention import retention_offset
 from .server import Listener, Server
 from .sinks import retention_limit
-from .validation import ValidatedRecords
 
 log = logging.getLogger("brokkr")
 #: The storage document of the broker settings changed at run time.
@@ -633,39 +631,6 @@ class Broker:
         answers = quota(context=ctx, usage=usage, broker=self)
         return max((int(r) for r in answers if r), default=0) if answers else 0
 
-    def append(self, partition: Partition, validated: ValidatedRecords) -> AppendInfo:
-        """Append validated records as leader, fire the observers, advance the high
-        watermark. A producer's retry of a batch already in the log changes nothing: its
-        original offsets are returned and no observer is called."""
-        info = partition.append(validated)
-        if not info.duplicate:
-            self.appended(partition, info)
-        return info
-
-    def appended(self, partition: Partition, info: AppendInfo) -> None:
-        """After a leader's append (records, or a transaction marker): fire the observers
-        and advance the high watermark (alone: to the log end). An append the log fsyncs
-        in the background (``info.flushed``: ``flush.messages`` reached) is made visible
-        only once that fsync is done, as Kafka's in-line flush does; a failed fsync leaves
-        it invisible until a later append moves the high watermark past it."""
-        if info.flushed is not None:
-            flushed = asyncio.wrap_future(info.flushed)
-            flushed.add_done_callback(lambda f: f.cancelled() or f.exception() or self._made_visible(partition, info))
-            return
-        self._made_visible(partition, info)
-
-    def _made_visible(self, partition: Partition, info: AppendInfo) -> None:
-        # Observers (``broker.hot``) never raise: whatever they do, the high watermark moves.
-        hot = self.hot
-        if hot.brokkr_after_log_append is not None:
-            hot.brokkr_after_log_append(partition=partition, info=info, broker=self)
-        if info.rolled is not None and hot.brokkr_segment_rolled is not None:
-            hot.brokkr_segment_rolled(partition=partition, segment=info.rolled, broker=self)
-        if not self.advance_high_watermark(partition, partition.high_watermark_candidate()):
-            # Kafka's tryCompleteDelayedRequests: followers' fetches parked on this
-            # partition wake on new data even while the high watermark waits for them.
-            self.purgatory.check(partition)
-
     def advance_high_watermark(self, partition: Partition, new: int) -> bool:
         """Move the high watermark up to ``new``; whether it moved."""
         old = partition.high_watermark
@@ -741,30 +706,6 @@ class Broker:
                         if task in failing:
                             failing.discard(task)
                             log.warning("log maintenance (%s) succeeds again", task.__name__)
-
-    def produce_complete(self, partition: Partition, required_offset: int) -> bool:
-        complete = self.hot.brokkr_produce_complete
-        if complete is None:
-            return True
-        results = complete(partition=partition, required_offset=required_offset, broker=self)
-        return all(r for r in results if r is not None)
-
-    async def wait_acknowledged(self, required: Mapping[Partition, int], timeout_ms: int) -> set[Partition]:
-        """Wait as acks=-1 does (Kafka's DelayedProduce): until ``brokkr_produce_complete``
-        agrees that each partition holds its required offset, or ``timeout_ms`` passes.
-        A partition whose topic is deleted meanwhile completes at once, whatever the hook
-        says (:meth:`delete_topic` checks the purgatory; Kafka's DelayedProduce answers it
-        UNKNOWN_TOPIC_OR_PARTITION). Returns the partitions that did not complete."""
-        pending = dict(required)
-
-        def try_complete() -> bool:
-            for partition, offset in list(pending.items()):
-                if partition.deleted or self.produce_complete(partition, offset):
-                    del pending[partition]
-            return not pending
-
-        await self.purgatory.wait(DelayedOperation(timeout_ms, try_complete), list(required))
-        return set(pending)
 
     # -- running ------------------------------------------------------------------------
 

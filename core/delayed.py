@@ -9,7 +9,8 @@ It completes on the first successful try or expires after its timeout; either wa
 future resolves exactly once. Nothing blocks the event loop: waiting is an ``await``
 on that future.
 
-Also the built-in ``brokkr_produce_complete``: the acks=-1 check of ``DelayedProduce``.
+The mechanism only: what completes an acks=-1 write (the completion policy) is
+:mod:`brokkr.core.append`'s.
 """
 
 from __future__ import annotations
@@ -17,12 +18,6 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING
-
-from .plugins import hookimpl
-
-if TYPE_CHECKING:
-    from .partition import Partition
 
 
 class DelayedOperation:
@@ -94,9 +89,3 @@ class Purgatory:
         for ops in list(self._watchers.values()):
             for op in list(ops):
                 self._finish(op, False)
-
-
-@hookimpl(trylast=True)
-def brokkr_produce_complete(partition: Partition, required_offset: int) -> bool:
-    # A partition this node no longer leads completes at once (answered NOT_LEADER_OR_FOLLOWER).
-    return partition.high_watermark >= required_offset or not partition.is_leader

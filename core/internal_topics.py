@@ -14,7 +14,7 @@ declared topic:
   ``__cluster_metadata``);
 * only its owner appends to it: Produce answers INVALID_TOPIC_EXCEPTION, as Kafka's
   ``ReplicaManager.appendToLocalLog`` does for clients (the owner appends through
-  ``Broker.append``, below the API);
+  :func:`brokkr.core.append.append`, below the API);
 * Metadata and DescribeTopicPartitions answer ``is_internal``;
 * partition directories of it that the catalog does not list are adopted with its own
   settings, never a foreign topic's (segment storage).

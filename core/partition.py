@@ -232,14 +232,25 @@ class Partition:
         if completed.aborted:
             self.aborted.append_aborted_txn(aborted_entry(self.producers, completed))
 
-    def replicated(self, data: bytes | bytearray, headers: list[BatchHeader]) -> None:
-        """Update the producer and transaction state with batches a follower appended as
-        the leader wrote them (markers included)."""
+    def append_replicated(self, data: bytearray, headers: list[BatchHeader]) -> AppendInfo:
+        """Append as a follower batches the leader wrote (``headers``: a run of one leader
+        epoch, in ``data``), offsets and epochs kept; update the producer and transaction
+        state with them (markers included)."""
+        first, last = headers[0], headers[-1]
+        max_timestamp = max(h.max_timestamp for h in headers)
+        count = sum(h.record_count for h in headers)
+        info = self._append_stored(
+            data[first.position : last.end], first.base_offset, last.last_offset, max_timestamp, count
+        )
         for h in headers:
             if not h.is_control:
                 self.producers.update(h, h.base_offset)
             elif (marker := read_end_txn_marker(data, h)) is not None:
                 self._end_txn(h, marker)
+        self.bytes_appended += info.size
+        if info.rolled is not None:
+            self.take_producer_snapshot()
+        return info
 
     def take_producer_snapshot(self) -> None:
         """Snapshot the producer state at the log end offset (after a roll, and at close)

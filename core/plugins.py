@@ -36,7 +36,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "brokkr.core.default_decoder",
     "brokkr.core.apis.builtin",
     "brokkr.core.validation",
-    "brokkr.core.delayed",
+    "brokkr.core.append",
     "brokkr.plugins.codecs.none",
     "brokkr.plugins.codecs.gzip",
     "brokkr.plugins.codecs.snappy",
@@ -128,7 +128,7 @@ BUILTIN_ROLES: dict[str, BuiltinRole] = {
     "brokkr.core.validation": BuiltinRole(
         "it validates every produced batch and gives it its offsets (brokkr_validate_records)", essential=True
     ),
-    "brokkr.core.delayed": BuiltinRole(
+    "brokkr.core.append": BuiltinRole(
         "it holds an acks=-1 answer until the in-sync replicas have the write (brokkr_produce_complete); "
         "without it acks=-1 would mean acks=1",
         essential=True,

@@ -10,8 +10,9 @@ membership elected, writes those states.
 - A **follower** truncates its log to its high watermark (what it holds beyond may never
   have been acknowledged), then fetches from the leader with its replica id, long-polled
   (``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``), and appends the leader's
-  batches as they are, offsets and leader epochs included (:meth:`follower_append`, the
-  second append path). Its high watermark is the leader's, bounded by its own log end.
+  batches as they are, offsets and leader epochs included
+  (:func:`brokkr.core.append.append_replicated`, origin REPLICATION). Its high
+  watermark is the leader's, bounded by its own log end.
 - A **leader** learns each follower's log end from its fetch offset. The high watermark is
   the smallest log end over the ISR; acks=-1 produce requests wait in the purgatory until
   it passes them. A follower caught up to the log end is in sync: one not caught up for
@@ -30,13 +31,13 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .append import append_replicated
 from .broker_client import BrokerClient
 from .cluster import BrokerInfo, ClusterMembership, PartitionState, TopicAssignment
 from .controller import Controller, place_replicas
 from .errors import BrokkrError, ConfigError, ErrorCode
 from .log import OPEN_TURN_S, OffsetOutOfRange
 from .protocol.frames import request_spec
-from .protocol.records import iter_batches_untrusted
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -306,40 +307,6 @@ class ReplicaManager:
 
     # -- as follower ------------------------------------------------------------------
 
-    def follower_append(self, partition: Partition, records: bytes, leader_high_watermark: int) -> list:
-        """Append the leader's batches as they are (offsets and epochs kept), then take the
-        leader's high watermark, bounded by the local log end. Returns the fsyncs the log
-        runs in the background for them (``flush.messages`` reached): the fetcher awaits
-        them before it fetches again, as Kafka's fetcher thread flushes in line."""
-        flushes = []
-        if records:
-            data = bytearray(records)
-            batches = [h for h in iter_batches_untrusted(data) if h.base_offset >= partition.log.log_end_offset]
-            # One append per run of batches of one leader epoch, so the log's epoch cache
-            # records where each epoch starts.
-            runs: list[list] = []
-            for h in batches:
-                if runs and runs[-1][-1].leader_epoch == h.leader_epoch:
-                    runs[-1].append(h)
-                else:
-                    runs.append([h])
-            for run in runs:
-                info = partition.log.append(
-                    data[run[0].position : run[-1].end],
-                    run[0].base_offset,
-                    run[-1].last_offset,
-                    max(h.max_timestamp for h in run),
-                    sum(h.record_count for h in run),
-                )
-                partition.replicated(data, run)
-                partition.bytes_appended += info.size
-                if info.rolled is not None:
-                    partition.take_producer_snapshot()
-                if info.flushed is not None:
-                    flushes.append(info.flushed)
-        self.broker.advance_high_watermark(partition, min(leader_high_watermark, partition.log.log_end_offset))
-        return flushes
-
     # -- as leader --------------------------------------------------------------------
 
     def follower_fetched(self, partition: Partition, replica: int, fetch_offset: int, log_start: int = -1) -> None:
@@ -581,7 +548,9 @@ class ReplicaFetcher:
                 else:
                     self._errors.pop(partition, None)
                     try:
-                        flushes += self.manager.follower_append(partition, pd.records or b"", pd.high_watermark)
+                        flushes += append_replicated(
+                            self.manager.broker, partition, pd.records or b"", pd.high_watermark
+                        )
                     except OffsetOutOfRange:
                         self._out_of_range(partition, pd)
         for flushed in flushes:

@@ -4,10 +4,13 @@ The transaction coordinator decides COMMIT or ABORT; each partition of the trans
 then gets a marker from its leader (:mod:`brokkr.core.protocol.control`). A coordinator
 calls :func:`write_txn_markers` for the partitions this broker leads and sends
 WriteTxnMarkers (``core/apis/write_txn_markers.py``, the same function behind the wire)
-to the leaders of the others. As Kafka's ``ReplicaManager.appendRecords`` with origin
-COORDINATOR and acks=-1, per partition:
+to the leaders of the others. Through :func:`brokkr.core.append.append` with origin
+MARKER (Kafka's ``ReplicaManager.appendRecords`` with origin COORDINATOR and acks=-1),
+per partition:
 
 - not held here: UNKNOWN_TOPIC_OR_PARTITION; held but not led: NOT_LEADER_OR_FOLLOWER;
+- an ISR below the partition's min.insync.replicas: NOT_ENOUGH_REPLICAS (nothing
+  written; the coordinator sends the marker again);
 - a producer epoch below the producer's: INVALID_PRODUCER_EPOCH; a coordinator epoch
   below the last marker's: TRANSACTION_COORDINATOR_FENCED (nothing written);
 - else the marker is appended: the producer's transaction ends there (last stable
@@ -18,14 +21,13 @@ COORDINATOR and acks=-1, per partition:
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import attrs
 
 from .apis.common import partition_of
+from .append import Origin, append, error_of, wait_acknowledged
 from .errors import ErrorCode
-from .validation import RecordsError
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -53,35 +55,16 @@ async def write_txn_markers(
     replicated as acks=-1 waits, and return the error code per partition (NONE: written)."""
     results: dict[tuple[str, int], ErrorCode] = {}
     written: dict[Partition, int] = {}
-    now = int(time.time() * 1000)
     for key in marker.partitions:
         partition, results[key] = partition_of(broker.topics.get(key[0]), key[1])
         if partition is None:
             continue
         try:
-            info = partition.append_marker(
-                marker.producer_id, marker.producer_epoch, marker.committed, marker.coordinator_epoch, now
-            )
-        except RecordsError as exc:
-            results[key] = exc.code
+            info = append(broker, partition, marker, Origin.MARKER)
+        except Exception as exc:
+            results[key] = error_of(exc, partition)[0]
             continue
-        except OSError:
-            results[key] = ErrorCode.KAFKA_STORAGE_ERROR
-            continue
-        broker.hot.notify(  # an observer: its failure leaves the marker standing
-            "brokkr_txn_marker_written", partition=partition, marker=marker, offset=info.first_offset, broker=broker
-        )
-        broker.appended(partition, info)
         written[partition] = info.last_offset + 1
-        results[key] = ErrorCode.NONE
-    if written:
-        # Acknowledged at once (alone, always): the purgatory's first try, without its set-up.
-        acknowledged = all(p.deleted or broker.produce_complete(p, offset) for p, offset in written.items())
-        incomplete = set() if acknowledged else await broker.wait_acknowledged(written, timeout_ms)
-        for partition in written:
-            key = (partition.topic.name, partition.index)
-            if not partition.is_leader:
-                results[key] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            elif partition in incomplete:
-                results[key] = ErrorCode.REQUEST_TIMED_OUT
+    for partition, (code, _) in (await wait_acknowledged(broker, written, timeout_ms)).items():
+        results[(partition.topic.name, partition.index)] = code
     return results

@@ -9,9 +9,11 @@ Ownership changes only through two calls, driven by leadership events:
 COORDINATOR_LOAD_IN_PROGRESS until loaded) and :meth:`PartitionedCoordinator.resigned`
 (drop them; NOT_COORDINATOR). Alone, a broker leads every partition from start-up.
 
-A change is written as records through the broker's normal append path, awaited like
-acks=-1, and only then applied to memory by ``replay``, the same function that applies
-the records read back when a partition loads (Kafka's CoordinatorShard). Subclasses
+A change is written as records through :func:`brokkr.core.append.append` (origin
+COORDINATOR: as Kafka's CoordinatorPartitionWriter, appended like acks=1, so without the
+min.insync.replicas check, then awaited until the ISR has it), and only then applied to
+memory by ``replay``, the same function that applies the records read back when a
+partition loads (Kafka's CoordinatorShard). Subclasses
 declare their topic (``internal``, an :class:`~brokkr.core.internal_topics.InternalTopic`,
 which their plugin also declares with ``brokkr_internal_topics``) and how long a write
 waits (``write_timeout``), and implement ``decode``, ``replay``, ``loaded`` and ``unloaded``.
@@ -27,7 +29,8 @@ import logging
 import time
 from typing import Any
 
-from brokkr.core.errors import BrokkrError, ErrorCode
+from brokkr.core.append import Origin, append, error_of, wait_acknowledged
+from brokkr.core.errors import BrokkrError, ConfigError, ErrorCode
 from brokkr.core.internal_topics import InternalTopic
 from brokkr.core.log import OffsetOutOfRange, batch_records
 from brokkr.core.protocol.control import read_end_txn_marker
@@ -38,7 +41,7 @@ from brokkr.core.protocol.records import (
     encode_record,
     iter_batches_untrusted,
 )
-from brokkr.core.validation import RecordsError, ValidatedRecords
+from brokkr.core.validation import ValidatedRecords
 
 log = logging.getLogger("brokkr.coordinator")
 
@@ -102,6 +105,9 @@ class PartitionedCoordinator:
     load_buffer: str | None = None
     #: Whether batches with the transactional flag are replayed while loading.
     replays_transactional = False
+    #: The setting of the codec its batches are written with, a Kafka compression id
+    #: (``share.coordinator.state.topic.compression.codec``; None: uncompressed).
+    compression: str | None = None
 
     def __init__(self, broker):
         self.broker = broker
@@ -112,6 +118,13 @@ class PartitionedCoordinator:
         self._tasks: set[asyncio.Task] = set()
         self._creating: asyncio.Task | None = None  # the topic's creation (create_topic)
         self._hashes: dict[str, int] = {}  # key -> kafka_abs(java_string_hash(key)), at most HASHES_KEPT
+        codec_id = broker.config[self.compression] if self.compression else 0
+        #: What its batches are compressed with (None: they are not); a codec no plugin provides refuses the start.
+        self.codec = broker.codecs.get(codec_id) if codec_id else None
+        if codec_id and self.codec is None:
+            raise ConfigError(
+                f"{self.compression}={codec_id}: no codec plugin provides Kafka's compression id {codec_id}"
+            )
 
     # -- to implement -------------------------------------------------------------
 
@@ -235,7 +248,7 @@ class PartitionedCoordinator:
             # end offset too).
             end = partition.log.log_end_offset
             while partition.high_watermark < end and self.owned.get(index) == (False, epoch):
-                await self.broker.wait_acknowledged({partition: end}, 1000)
+                await wait_acknowledged(self.broker, {partition: end}, 1000)
         except Exception:  # served with what loaded rather than refused for ever
             log.exception("loading %s-%d failed; its keys are served with what was read", self.topic, index)
             count = -1
@@ -348,22 +361,21 @@ class PartitionedCoordinator:
                 "base_sequence": (entry.last_seq + 1) & 0x7FFFFFFF if same_epoch else 0,
             }
         payload = b"".join([encode_record(i, 0, k, v) for i, (k, v) in enumerate(records)])
+        if self.codec is not None:
+            payload = self.codec.compress(payload)
+            txn["attributes"] = txn.get("attributes", 0) | self.codec.id
         batch = encode_batch(payload, record_count=len(records), base_timestamp=now, max_timestamp=now, **txn)
         if len(batch) > partition.config["max.message.bytes"]:
             return ErrorCode.MESSAGE_TOO_LARGE
         validated = ValidatedRecords(batch, [BatchHeader.unpack(batch)], len(records), now)
         try:
-            info = self.broker.append(partition, validated)
-        except RecordsError as exc:
-            return exc.code
-        except OSError:
-            return ErrorCode.KAFKA_STORAGE_ERROR
-        required = info.last_offset + 1
-        # Acknowledged at once (alone, always): the purgatory's first try, without its set-up.
-        if not (partition.deleted or self.broker.produce_complete(partition, required)):
-            timeout = self.broker.config[self.write_timeout]
-            if await self.broker.wait_acknowledged({partition: required}, timeout):
-                return ErrorCode.REQUEST_TIMED_OUT
+            info = append(self.broker, partition, validated, Origin.COORDINATOR)
+        except Exception as exc:
+            return error_of(exc, partition)[0]
+        timeout = self.broker.config[self.write_timeout]
+        errors = await wait_acknowledged(self.broker, {partition: info.last_offset + 1}, timeout)
+        if partition in errors:
+            return errors[partition][0]
         if replay:
             for k, v in records:
                 self.replay(self.decode(k, v))

@@ -20,7 +20,7 @@ ESSENTIAL = {
     "brokkr.core.default_decoder",
     "brokkr.core.apis.builtin",
     "brokkr.core.validation",
-    "brokkr.core.delayed",
+    "brokkr.core.append",
     "brokkr.plugins.codecs.none",
 }
 #: Essential while settings use them: such settings (beside the fixture's PLAINTEXT listener).

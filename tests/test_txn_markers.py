@@ -92,6 +92,20 @@ def test_marker_errors_per_partition(brokkr_broker_factory):
     assert [h.is_control for h in headers] == [False, True]
 
 
+def test_a_marker_needs_min_insync_replicas_as_an_acks_all_write_does(brokkr_broker_factory):
+    """Kafka appends markers with acks=-1: an ISR below min.insync.replicas refuses the
+    marker (NOT_ENOUGH_REPLICAS, nothing written; the coordinator sends it again)."""
+    broker = brokkr_broker_factory(UNVERIFIED)
+    broker.call(broker.broker.create_topic, "t", 1, {"min.insync.replicas": "2"})
+    partition = broker.broker.partition("t", 0)
+    assert txn_produce(broker, "t", txn_batch([b"x"], PID), acks=1).error_code == ErrorCode.NONE
+    assert end_txn(broker, PID, True, [("t", 0)]) == {("t", 0): ErrorCode.NOT_ENOUGH_REPLICAS}
+    assert partition.log.log_end_offset == 1 and partition.producers.ongoing == {PID: 0}
+    broker.call(broker.broker.alter_topic_config, "t", {"min.insync.replicas": "1"})
+    assert end_txn(broker, PID, True, [("t", 0)]) == {("t", 0): ErrorCode.NONE}
+    assert partition.last_stable_offset == 2
+
+
 def test_clients_still_cannot_write_control_batches(brokkr_broker_factory):
     broker = brokkr_broker_factory(UNVERIFIED)
     broker.call(broker.broker.create_topic, "t")

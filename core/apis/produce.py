@@ -1,10 +1,12 @@
 """Produce (key 0), versions 3-13: Kafka's KafkaApis.handleProduceRequest and
 ReplicaManager.appendRecords, stage by stage (see brokkr.core.hookspecs).
 
-acks=0 gets no response; if any partition failed, the connection is closed instead so
-the producer notices. acks=-1 waits in the purgatory until ``brokkr_produce_complete``
-agrees for every partition or ``timeout_ms`` passes (REQUEST_TIMED_OUT); a partition whose
-topic is deleted meanwhile stops waiting at once and answers UNKNOWN_TOPIC_OR_PARTITION.
+Each partition's records go through :func:`brokkr.core.append.append` (origin CLIENT),
+the one way into a log, and acks=-1 waits through :func:`brokkr.core.append.wait_acknowledged`:
+until ``brokkr_produce_complete`` agrees for every partition or ``timeout_ms`` passes
+(REQUEST_TIMED_OUT); a partition whose topic is deleted meanwhile stops waiting at once
+and answers UNKNOWN_TOPIC_OR_PARTITION. acks=0 gets no response; if any partition failed,
+the connection is closed instead so the producer notices.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import logging
 import struct
 
+from ..append import Origin, append, error_of, wait_acknowledged
 from ..authorization import AclOperation, Action, ResourceType
 from ..errors import CloseConnection, CorruptRequest, ErrorCode
 from ..protocol.frames import response_spec
@@ -32,6 +35,7 @@ from .common import NoResponse, partition_of, resolve_topic
 log = logging.getLogger("brokkr.produce")
 _NONE = ErrorCode.NONE  # a module constant: an IntEnum member costs a class lookup each time
 _BATCH_LENGTH = struct.Struct(">i")  # a record batch's length field, at offset 8
+CLIENT = Origin.CLIENT
 
 KEY = 0
 TOPIC_IDS_VERSION = 13
@@ -213,26 +217,19 @@ def _append(broker, ctx, partition, records, acks):
     """Validate and append one partition's records: (its response, the next offset), or
     where validation runs off the event loop or the append waits for its fsync, an
     awaitable of them. The common append, validated and written here, creates no coroutine."""
-    if acks == -1 and len(partition.isr) < partition.config["min.insync.replicas"]:
-        return _result(
-            partition.index,
-            ErrorCode.NOT_ENOUGH_REPLICAS,
-            f"The size of the current ISR {set(partition.isr)} is insufficient to satisfy the min.isr requirement "
-            f"of {partition.config['min.insync.replicas']} for partition {partition.name}",
-        ), -1
     try:
         validated = broker.hot.brokkr_validate_records(partition=partition, records=records, context=ctx, broker=broker)
         if not isinstance(validated, ValidatedRecords):  # a walk off the event loop
-            return _append_later(broker, ctx, partition, validated)
-        info = broker.append(partition, validated)
+            return _append_later(broker, ctx, partition, acks, validated)
+        info = append(broker, partition, validated, CLIENT, acks)
         if info.flushed is not None:  # flush.messages reached: answered once the fsync (off the loop) is done
-            return _append_later(broker, ctx, partition, None, validated, info)
+            return _append_later(broker, ctx, partition, acks, None, validated, info)
     except Exception as exc:
         return _failed(broker, ctx, partition, exc)
     return _appended(partition, validated, info)
 
 
-async def _append_later(broker, ctx, partition, validating, validated=None, info=None):
+async def _append_later(broker, ctx, partition, acks, validating, validated=None, info=None):
     """The rest of :func:`_append` where it waits: for the walk ``validating`` (then the
     append), or for the fsync of ``info``."""
     try:
@@ -240,7 +237,7 @@ async def _append_later(broker, ctx, partition, validating, validated=None, info
             validated = await validating
             if broker.partition(partition.topic.name, partition.index) is not partition:  # deleted meanwhile
                 return _result(partition.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1
-            info = broker.append(partition, validated)
+            info = append(broker, partition, validated, CLIENT, acks)
         if info.flushed is not None:
             await asyncio.wrap_future(info.flushed)
     except Exception as exc:
@@ -261,41 +258,26 @@ def _appended(partition, validated, info) -> tuple[PartitionProduceResponse, int
 
 def _failed(broker, ctx, partition, exc: Exception) -> tuple[PartitionProduceResponse, int]:
     """The answer to an append that raised ``exc`` (called in its ``except`` clause)."""
+    code, message = error_of(exc, partition)
+    res = _result(partition.index, code, message)
     if isinstance(exc, RecordsError):
-        broker.refusals.refused(partition.name, ctx, exc.code, str(exc))
-        res = _result(partition.index, exc.code, str(exc))
+        if code != ErrorCode.NOT_ENOUGH_REPLICAS:  # the partition's state, not the producer's batch
+            broker.refusals.refused(partition.name, ctx, code, message)
         res.record_errors = [
             BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors
         ]
-        return res, -1
-    if isinstance(exc, OSError):  # the disk failed the write (logged once by the partition); no partial batch is kept
-        return _result(partition.index, ErrorCode.KAFKA_STORAGE_ERROR, f"Error writing the log: {exc}"), -1
-    log.exception("append to %s failed", partition.name)
-    return _result(partition.index, ErrorCode.UNKNOWN_SERVER_ERROR), -1
+    return res, -1
 
 
 async def _await_replication(broker, timeout_ms, waiting) -> None:
     required: dict = {}
     for partition, offset, _ in waiting:
         required[partition] = max(offset, required.get(partition, offset))
-    incomplete = await broker.wait_acknowledged(required, timeout_ms)
+    errors = await wait_acknowledged(broker, required, timeout_ms, min_insync=True)
     for partition, _, res in waiting:
-        if partition.deleted:  # its topic was deleted while waiting (Kafka's getPartitionOrError)
-            res.error_code, res.error_message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
-        elif not partition.is_leader:  # leadership moved while waiting: the write may be truncated
-            res.error_code, res.error_message = ErrorCode.NOT_LEADER_OR_FOLLOWER, None
-        elif partition in incomplete:
-            res.error_code = ErrorCode.REQUEST_TIMED_OUT
-            res.error_message = "Timed out waiting for the write to be acknowledged (acks=-1)"
-        elif len(partition.isr) < partition.config["min.insync.replicas"]:  # the ISR shrank meanwhile
-            res.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-            res.error_message = (
-                f"The size of the current ISR {set(partition.isr)} is insufficient to satisfy the min.isr "
-                f"requirement of {partition.config['min.insync.replicas']} for partition {partition.name}"
-            )
-        else:
-            continue
-        res.base_offset = -1
+        if partition in errors:
+            res.error_code, res.error_message = errors[partition]
+            res.base_offset = -1
 
 
 def error_response(request, code):
