@@ -166,6 +166,8 @@ class Broker:
         except BaseException:  # e.g. a TLS setting that does not load: leave the logs closed cleanly
             self._close_storage()
             raise
+        for topic in self.topics.values():  # alone (on a cluster, none is open yet): led from the start
+            self._lead(topic.partitions)
         self._maintenance = asyncio.create_task(self._maintain(), name="brokkr-log-maintenance")
         if membership is not None:  # on a cluster, topics (and producer id blocks) come from the membership
             self.replicas = ReplicaManager(self, membership)
@@ -358,7 +360,17 @@ class Broker:
         """Make a created topic known (it is in the catalog already: :meth:`_listed_first`)."""
         self._register(topic)
         log.info("created topic %s (%s) with %d partition(s)", topic.name, topic.topic_id, len(topic.partitions))
+        self._lead(topic.partitions)
         return topic
+
+    def _lead(self, partitions: Iterable[Partition]) -> None:
+        """Alone, this broker leads every partition it opens: ``brokkr_became_leader`` for
+        each, as a cluster's replica manager calls it when the controller says so, so that
+        plugins (the coordinators) take partitions over one way in both modes."""
+        became_leader = self.hot.brokkr_became_leader
+        if became_leader is not None:
+            for partition in partitions:
+                became_leader(partition=partition, broker=self)
 
     def alter_topic_config(self, name: str, overrides: Mapping[str, Any], validate_only: bool = False) -> None:
         """Make ``overrides`` (Kafka's strings) the topic's own settings, at once and for good
@@ -444,6 +456,7 @@ class Broker:
             with self._listed_first(stored, growth=True):
                 await self._open_in_turns(stored, topic, opened, first=len(topic.partitions))
                 topic.partitions.extend(opened)
+                self._lead(opened)
         finally:
             del self.growing_topics[name]
             done.set()

@@ -504,11 +504,13 @@ def brokkr_cluster_membership(broker: Broker) -> ClusterMembership | None:
 
 @hookspec
 def brokkr_became_leader(partition: Partition, broker: Broker) -> None:
-    """This broker now leads ``partition`` (at ``partition.leader_epoch``) in a cluster.
+    """This broker now leads ``partition`` (at ``partition.leader_epoch``).
 
     Called on the broker's event loop when the cluster makes this broker the partition's
-    leader, or leader again at a new epoch. Coordinators that keep their state in a
-    partition (the group coordinator, ``__consumer_offsets``) load it here.
+    leader, or leader again at a new epoch; alone, for every partition the broker opens
+    (at start, once the plugins' objects exist: after ``brokkr_broker_starting``; when a
+    topic is created or grows, once its new partitions are open). Coordinators that keep
+    their state in a partition (the group coordinator, ``__consumer_offsets``) load it here.
 
     :param partition: The partition.
     :param broker: The broker.

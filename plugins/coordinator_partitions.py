@@ -7,7 +7,8 @@ A key (a group id, a transactional id) belongs to partition
 Ownership changes only through two calls, driven by leadership events:
 :meth:`PartitionedCoordinator.became_leader` (load the partition; its keys answer
 COORDINATOR_LOAD_IN_PROGRESS until loaded) and :meth:`PartitionedCoordinator.resigned`
-(drop them; NOT_COORDINATOR). Alone, a broker leads every partition from start-up.
+(drop them; NOT_COORDINATOR). Alone, a broker leads every partition it opens, and is
+told so the same way.
 
 A change is written as records through :func:`brokkr.core.append.append` (origin
 COORDINATOR: as Kafka's CoordinatorPartitionWriter, appended like acks=1, so without the
@@ -106,7 +107,8 @@ class PartitionedCoordinator:
     #: Whether batches with the transactional flag are replayed while loading.
     replays_transactional = False
     #: The setting of the codec its batches are written with, a Kafka compression id
-    #: (``share.coordinator.state.topic.compression.codec``; None: uncompressed).
+    #: (``offsets.topic.compression.codec``, ``share.coordinator.state.topic.compression.codec``;
+    #: None: uncompressed).
     compression: str | None = None
 
     def __init__(self, broker):
@@ -153,33 +155,29 @@ class PartitionedCoordinator:
         return self.internal.name
 
     def start(self) -> None:
-        """Alone, take over every partition of the topic if it exists (one broker leads them
-        all); else it is created on the first lookup, as in Kafka. On a cluster, partitions
-        are taken over as this broker becomes their leader."""
-        topic = self.broker.topics.get(self.topic)
-        if topic is not None and self.broker.replicas is None:
-            self._take_over(topic)
+        """Start the coordinator's own tasks (none here). Partitions are taken over as this
+        broker becomes their leader (``brokkr_became_leader``: alone, every partition at
+        start and at its creation); a topic that does not exist yet is created on the
+        first lookup, as in Kafka."""
 
     def create_topic(self) -> None:
         """Create the internal topic with its own settings (:meth:`InternalTopic.configs`):
         what Kafka's first FindCoordinator does, answering COORDINATOR_NOT_AVAILABLE
         meanwhile (and Metadata's auto-creation, through ``InternalTopic.start_creation``).
         It is created in the background, once at a time: alone, the broker opens its logs a
-        few at a time (``Broker.create_topic_in_turns``) and then takes it over; on a
-        cluster, with the configured replication factor, each partition's leader does."""
+        few at a time (``Broker.create_topic_in_turns``); on a cluster, with the configured
+        replication factor. Either way each partition is taken over as its leader is told
+        (``brokkr_became_leader``)."""
         if self._creating is not None:
             return
         replicas = self.broker.replicas
         configs = self.internal.configs(self.broker.config, replicated=replicas is not None)
         if replicas is None:
-            work = self._create_alone(configs)
+            work = self.broker.create_topic_in_turns(self.topic, self.num_partitions, configs)
         else:
             rf = self.broker.config[self.internal.replication_factor]
             work = replicas.create_topic(self.topic, self.num_partitions, rf, configs)
         self._creating = self.spawn(self._create(work), "create topic")
-
-    async def _create_alone(self, configs: dict[str, str]) -> None:
-        self._take_over(await self.broker.create_topic_in_turns(self.topic, self.num_partitions, configs))
 
     async def _create(self, work) -> None:
         try:
@@ -189,12 +187,6 @@ class PartitionedCoordinator:
                 log.warning("creating %s failed: %s", self.topic, exc)
         finally:
             self._creating = None
-
-    def _take_over(self, topic) -> None:
-        # The topic's own partition count decides once it exists, as in Kafka.
-        self.num_partitions = len(topic.partitions)
-        for partition in topic.partitions:
-            self.became_leader(partition.index, partition.leader_epoch)
 
     def stop(self) -> None:
         for index in list(self.owned):

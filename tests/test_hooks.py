@@ -326,3 +326,28 @@ def test_a_plugin_registered_while_serving_sees_the_next_request(brokkr_broker):
         brokkr_broker.pm.unregister(observer)
         assert c.request(PRODUCE, 9, produce_body("late", batch(4))).responses
         assert observer.seen == 3
+
+
+class _Leads:
+    def __init__(self):
+        self.led: list[tuple[str, int]] = []
+
+    @hookimpl
+    def brokkr_became_leader(self, partition, broker):
+        self.led.append((partition.topic.name, partition.index))
+
+
+def test_alone_the_broker_is_told_it_leads_every_partition_it_opens(brokkr_broker_factory, tmp_path):
+    """brokkr_became_leader fires on a lone broker as on a cluster: for each partition of a
+    new topic, of a topic's growth, and of every topic at the next start."""
+    plugin = _Leads()
+    settings = {"log.dirs": str(tmp_path)}
+    broker = brokkr_broker_factory(settings, plugins=[plugin])
+    broker.call(broker.broker.create_topic, "t", 2)
+    assert plugin.led == [("t", 0), ("t", 1)]
+    broker.call(broker.broker.add_partitions, "t", 3)
+    assert plugin.led[2:] == [("t", 2)]
+    broker.stop()
+    again = _Leads()
+    brokkr_broker_factory(settings, plugins=[again])
+    assert sorted(again.led) == [("t", 0), ("t", 1), ("t", 2)]
