@@ -59,6 +59,15 @@ def leadership(broker, topic: Topic, index: int) -> dict:
     }
 
 
+def partition_leader(broker, topic: str, index: int) -> int | None:
+    """A partition's leader as this broker knows it: a node id, -1 while it has none, None
+    when there is no such partition (alone: this broker leads every partition it holds)."""
+    if broker.replicas is None:
+        return broker.node_id if broker.partition(topic, index) is not None else None
+    state = broker.replicas.membership.partition_state(topic, index)
+    return None if state is None else state.leader
+
+
 def cluster_brokers(broker, listener_name: str) -> tuple[list[tuple[int, str, int, str | None]], int]:
     """The live brokers as a client on ``listener_name`` reaches them (id, host, port, rack),
     and the controller's id (-1 while none)."""

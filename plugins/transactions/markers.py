@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections import defaultdict
 
+from brokkr.core.apis.common import partition_leader
 from brokkr.core.broker_client import BrokerClients
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import request_spec
@@ -91,12 +92,10 @@ class MarkerWriter:
         partition = self.broker.partition(topic, index)
         if partition is not None and partition.is_leader:
             return None
-        if self.broker.replicas is None:
-            return False if partition is None else -1
-        state = self.broker.replicas.membership.partition_state(topic, index)
-        if state is None:
+        leader = partition_leader(self.broker, topic, index)
+        if leader is None:
             return False
-        return state.leader if state.leader != self.broker.node_id else -1
+        return leader if leader != self.broker.node_id else -1
 
     async def _write_local(self, producer_id, epoch, committed, coordinator_epoch, tps) -> dict:
         marker = TxnMarker(producer_id, epoch, committed, coordinator_epoch, tuple(tps))

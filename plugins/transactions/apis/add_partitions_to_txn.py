@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 
 from brokkr.core.apis import Api
+from brokkr.core.apis.common import partition_leader
 from brokkr.core.authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import response_spec
@@ -64,9 +65,7 @@ async def _one(broker, ctx, txn_id: str, producer_id: int, epoch: int, topics, v
     for topic, index in partitions:
         if not allowed[topic]:
             failed[(topic, index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        elif broker.replicas is None and broker.partition(topic, index) is None:
-            failed[(topic, index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        elif broker.replicas is not None and broker.replicas.membership.partition_state(topic, index) is None:
+        elif partition_leader(broker, topic, index) is None:
             failed[(topic, index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if failed:
         return {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in partitions}
