@@ -598,6 +598,7 @@ class Broker:
             self.purgatory.check(p)
         self._save_catalog()
         log.info("deleted topic %s", name)
+        self.hot.notify("brokkr_topic_deleted", topic=topic, broker=self)
 
     def partition(self, topic: str, index: int) -> Partition | None:
         t = self.topics.get(topic)

@@ -196,6 +196,17 @@ def _one_share_assignor(value: list[str]) -> None:
         raise ValueError(f"unknown share group assignor {value[0]} (brokkr has 'simple')")
 
 
+def only(*values: Any, why: str) -> Callable[[Any], None]:
+    """A Kafka setting brokkr takes only at the values that describe what it does (``why``
+    says what that is): any other is refused at start, never taken and ignored."""
+
+    def check(value: Any) -> None:
+        if value not in values:
+            raise ValueError(f"brokkr takes only {' or '.join(format_value(v) for v in values)}: {why}")
+
+    return check
+
+
 def one_of(*choices: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         items = value if isinstance(value, list) else [value]
@@ -210,6 +221,12 @@ B, S, I, L, LST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigT
 D = ConfigType.DOUBLE
 P = ConfigType.PASSWORD
 TLS_PROTOCOLS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+#: Kafka's persister of share state, the one brokkr has (through its share coordinator).
+DEFAULT_STATE_PERSISTER = "org.apache.kafka.server.share.persister.DefaultStatePersister"
+#: Why only 0 is taken for the groups' assignment intervals (Kafka 4.3's assignment batching,
+#: KIP-1263), and only false for their assignor offload: brokkr does neither.
+ASSIGNS_AT_ONCE = "a group's target assignment is computed at once, in the heartbeat that finds it out of date"
+ASSIGNS_ON_THE_LOOP = "a group's assignor runs in the heartbeat that needs it, on the broker's event loop"
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 BROKER_CONFIGS: tuple[ConfigDef, ...] = (
@@ -507,6 +524,32 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
         "The most share sessions (ShareFetch, one per group and member) this broker keeps.",
         validator=at_least(1),
     ),
+    # Kafka's share settings that name something brokkr does one way: taken at that value only.
+    ConfigDef(
+        "group.share.enable",
+        B,
+        True,
+        "Kafka 4.2's old switch of share groups: brokkr serves them always (as Kafka does at share.version 1).",
+        validator=only(
+            True, why="share groups are always served (brokkr.plugins.disabled=brokkr.plugins.share turns them off)"
+        ),
+    ),
+    ConfigDef(
+        "group.share.persister.class.name",
+        S,
+        DEFAULT_STATE_PERSISTER,
+        "Where share partitions keep their state: Kafka's DefaultStatePersister, the share coordinator.",
+        validator=only(
+            DEFAULT_STATE_PERSISTER, why="share state is kept by the share coordinator (__share_group_state)"
+        ),
+    ),
+    ConfigDef(
+        "share.fetch.purgatory.purge.interval.requests",
+        I,
+        1000,
+        "Kafka's purge interval of waiting ShareFetch requests; brokkr's purgatory drops each one as it completes.",
+        validator=only(1000, why="a completed ShareFetch leaves brokkr's purgatory at once, there is nothing to purge"),
+    ),
     ConfigDef(
         "share.coordinator.state.topic.num.partitions",
         I,
@@ -539,8 +582,8 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
         "share.coordinator.state.topic.compression.codec",
         I,
         0,
-        "The codec of the share coordinator's writes (0: none; brokkr writes uncompressed).",
-        validator=between(0, 0),
+        "The codec of the share coordinator's writes, a Kafka compression id: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.",
+        validator=between(0, 4),
     ),
     ConfigDef(
         "share.coordinator.snapshot.update.records.per.snapshot",
@@ -576,6 +619,27 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
         5242880,
         "Bytes read per step when a __share_group_state partition loads.",
         validator=at_least(1),
+    ),
+    ConfigDef(
+        "share.coordinator.threads",
+        I,
+        1,
+        "Threads of the share coordinator: brokkr's runs on the broker's event loop.",
+        validator=only(1, why="the share coordinator runs on the broker's one event loop"),
+    ),
+    ConfigDef(
+        "share.coordinator.append.linger.ms",
+        I,
+        -1,
+        "How long share state writes wait to be batched: brokkr appends each at once (-1, adaptive, or 0).",
+        validator=only(-1, 0, why="the share coordinator appends each write at once, it never waits to batch them"),
+    ),
+    ConfigDef(
+        "share.coordinator.cached.buffer.max.bytes",
+        I,
+        1048588,
+        "Kafka's largest write buffer kept for reuse; brokkr's share coordinator keeps none.",
+        validator=only(1048588, why="the share coordinator builds each write's batch anew and keeps no buffer"),
     ),
     # Share groups' membership (KIP-932; GroupCoordinatorConfig's group.share.*): plugins/groups/share_*.py;
     # a group's own share.session.timeout.ms, share.heartbeat.interval.ms stay within min..max (core/group_configs.py).
@@ -614,6 +678,45 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
         ["simple"],
         "The share groups' server-side assignor: exactly one, 'simple' (Kafka's SimpleAssignor, or its class name).",
         validator=_one_share_assignor,
+    ),
+    # Kafka 4.3's assignment batching (KIP-1263): brokkr computes a share group's target
+    # assignment in the heartbeat that finds it out of date, so the interval is 0; a group's
+    # own share.assignment.interval.ms likewise (core/group_configs.py). The consumer
+    # protocol's group.consumer.* twins are declared in brokkr.plugins.groups.
+    ConfigDef(
+        "group.share.assignor.offload.enable",
+        B,
+        False,
+        "Whether share groups' assignments are computed on a background thread: no (Kafka's default: true).",
+        validator=only(False, why=ASSIGNS_ON_THE_LOOP),
+    ),
+    ConfigDef(
+        "group.share.assignment.interval.ms",
+        I,
+        0,
+        "Least time between two assignments of a share group: 0, brokkr assigns at once (Kafka's default: 1000).",
+        validator=only(0, why=ASSIGNS_AT_ONCE),
+    ),
+    ConfigDef(
+        "group.share.min.assignment.interval.ms",
+        I,
+        0,
+        "Least share.assignment.interval.ms a group may set.",
+        validator=only(0, why=ASSIGNS_AT_ONCE),
+    ),
+    ConfigDef(
+        "group.share.max.assignment.interval.ms",
+        I,
+        15000,
+        "Most share.assignment.interval.ms a group may set.",
+        validator=at_least(0),
+    ),
+    ConfigDef(
+        "group.share.initialize.retry.interval.ms",
+        I,
+        30000,
+        "How long after a failed initialization of share state a share group tries its partitions again.",
+        validator=at_least(1),
     ),
     ConfigDef("brokkr.storage", S, "segment", "Which storage plugin keeps the logs: segment (Kafka's files), memory."),
     ConfigDef(

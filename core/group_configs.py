@@ -6,6 +6,9 @@ A group's own value overrides the broker's for that group alone: ``share.X`` ove
 ``group.share.min.X`` .. ``group.share.max.X`` (INVALID_CONFIG with Kafka's message). Three
 settings exist only per group: ``share.auto.offset.reset`` (latest),
 ``share.isolation.level`` (read_uncommitted), ``share.renew.acknowledge.enable`` (true).
+``share.assignment.interval.ms`` and ``consumer.assignment.interval.ms`` are taken at 0 only,
+what brokkr does (it assigns at once), as their broker settings are
+(:data:`brokkr.core.config.ASSIGNS_AT_ONCE`).
 
 :class:`GroupConfigs` is on the broker (``broker.group_configs``); whoever needs a group's
 setting asks :meth:`GroupConfigs.value`. The overrides are kept in the storage document
@@ -22,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .config import ConfigDef, ConfigSource, ConfigType, at_least, format_value, one_of
+from .config import ASSIGNS_AT_ONCE, ConfigDef, ConfigSource, ConfigType, at_least, format_value, one_of, only
 from .errors import BrokkrError, ConfigError, ErrorCode
 
 log = logging.getLogger("brokkr.groups")
@@ -72,6 +75,12 @@ def _synonym(name: str, doc: str, minimum: int) -> ConfigDef:
     return ConfigDef(name, I, None, doc, synonym=f"group.{name}", validator=at_least(minimum))
 
 
+def _assignment_interval(kind: str) -> ConfigDef:
+    doc = f"Least time between two assignments of the {kind} group: 0, assigned at once."
+    synonym = f"group.{kind}.assignment.interval.ms"
+    return ConfigDef(f"{kind}.assignment.interval.ms", I, None, doc, synonym, only(0, why=ASSIGNS_AT_ONCE))
+
+
 #: Kafka's group settings brokkr takes; those with a synonym default to that broker setting.
 GROUP_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
@@ -83,6 +92,8 @@ GROUP_CONFIGS: dict[str, ConfigDef] = {
         _synonym("share.record.lock.duration.ms", "How long records stay acquired by one share consumer.", 1000),
         _synonym("share.delivery.count.limit", "How many times a record may be delivered.", 2),
         _synonym("share.partition.max.record.locks", "Most records in flight per share partition.", 100),
+        _assignment_interval("consumer"),
+        _assignment_interval("share"),
         ConfigDef(
             "share.auto.offset.reset",
             S,
@@ -111,6 +122,8 @@ _BOUNDS = {
     "share.record.lock.duration.ms": (15000, 60000),
     "share.delivery.count.limit": (2, 10),
     "share.partition.max.record.locks": (100, 4000),
+    "share.assignment.interval.ms": (0, 15000),
+    "consumer.assignment.interval.ms": (0, 15000),
 }
 
 
@@ -128,6 +141,8 @@ _BROKER_DEFAULTS = {
     "group.share.record.lock.duration.ms": 30000,
     "group.share.delivery.count.limit": 5,
     "group.share.partition.max.record.locks": 2000,
+    "group.share.assignment.interval.ms": 0,
+    "group.consumer.assignment.interval.ms": 0,
 }
 _SESSION_HEARTBEAT = (
     ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"),

@@ -71,6 +71,7 @@ hook                                    kind       what its exception does
 ``brokkr_cluster_membership``           decision   the start fails
 ``brokkr_became_leader``                observer   logged; the partition is led
 ``brokkr_became_follower``              observer   logged; the partition is followed
+``brokkr_topic_deleted``                observer   logged; the topic stays deleted
 ``brokkr_transaction_verify``           decision   the Produce request fails
 ``brokkr_txn_marker_written``           observer   logged; the marker stands
 ``brokkr_produce_complete``             decision   the Produce request fails
@@ -111,7 +112,7 @@ if TYPE_CHECKING:
     from .errors import ErrorCode
     from .internal_topics import InternalTopic
     from .log import AppendInfo, SegmentInfo, Storage
-    from .partition import Partition
+    from .partition import Partition, Topic
     from .protocol.frames import RequestHeader
     from .protocol.primitives import Reader
     from .quotas import ClientQuotaStore
@@ -128,6 +129,7 @@ OBSERVERS = frozenset(
         "brokkr_broker_stopping",
         "brokkr_became_leader",
         "brokkr_became_follower",
+        "brokkr_topic_deleted",
         "brokkr_txn_marker_written",
         "brokkr_after_log_append",
         "brokkr_high_watermark_advanced",
@@ -526,6 +528,20 @@ def brokkr_became_follower(partition: Partition, broker: Broker) -> None:
     was truncated to the high watermark.
 
     :param partition: The partition.
+    :param broker: The broker.
+    """
+
+
+@hookspec
+def brokkr_topic_deleted(topic: Topic, broker: Broker) -> None:
+    """``topic`` was deleted here: its partitions' logs are gone and it is no longer in
+    ``broker.topics``. Called on the broker's event loop, once per deletion: alone, by
+    DeleteTopics; on a cluster, when this broker applies the cluster's deletion (also of a
+    topic recreated under the same name: the old topic id goes). Plugins drop what they
+    keep of it (share groups delete its share-partition state, as Kafka's coordinators
+    do when a metadata update deletes a topic id).
+
+    :param topic: The deleted topic (its ``topic_id`` and ``partitions``, now deleted).
     :param broker: The broker.
     """
 

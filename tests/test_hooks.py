@@ -155,6 +155,16 @@ class EveryHook:
         assert connection.connection_id
 
     @hookimpl
+    def brokkr_became_leader(self, partition):
+        self.calls["brokkr_became_leader"] += 1
+        assert partition.is_leader
+
+    @hookimpl
+    def brokkr_topic_deleted(self, topic, broker):
+        self.calls["brokkr_topic_deleted"] += 1
+        assert topic.name not in broker.topics and all(p.deleted for p in topic.partitions)
+
+    @hookimpl
     def brokkr_request_completed(self, header, response, elapsed_ms):
         self.calls["brokkr_request_completed"] += 1
         assert elapsed_ms >= 0 and response is not None
@@ -199,9 +209,10 @@ def test_a_plugin_implementing_every_hook_sees_every_hook_called(brokkr_broker_f
     assert txn_produce(broker, "hooks", txn_batch([b"t"], 9000)).error_code == 0
     assert end_txn(broker, 9000, True, [("hooks", 0)]) == {("hooks", 0): 0}
     broker.call(lambda: broker.broker.apply_retention(now_ms=2**62))  # every closed segment is past retention.ms
+    broker.call(broker.broker.delete_topic, "hooks")
     broker.stop()
-    # Leadership changes happen on a cluster only: tests/cluster/ checks those two hooks.
-    alone = set(HOOKS) - {"brokkr_became_leader", "brokkr_became_follower"}
+    # Leading no more happens on a cluster only: tests/cluster/ checks that hook.
+    alone = set(HOOKS) - {"brokkr_became_follower"}
     assert alone == set(plugin.calls), f"never called: {alone - set(plugin.calls)}"
     assert plugin.calls["brokkr_segment_rolled"] >= 2
     assert all(p.name == "client-at-127.0.0.1" for p in plugin.principals)

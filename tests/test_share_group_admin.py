@@ -24,10 +24,16 @@ from tests.test_share_group_membership import (
 from tests.waiting import wait_for
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka import (  # noqa: E402
+    Consumer,
+    ConsumerGroupTopicPartitions,  # noqa: E402
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 LIST_GROUPS, DESCRIBE_GROUPS, OFFSET_COMMIT, DELETE_GROUPS = 16, 15, 8, 42
+OFFSET_FETCH, OFFSET_DELETE, JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP = 9, 47, 11, 14, 12, 13
 DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 90, 91, 92
 
 
@@ -236,8 +242,8 @@ def test_describing_offsets_asks_for_existing_partitions_only(broker):
 
 def test_a_deleted_topic_leaves_the_groups_share_state_metadata(broker):
     """Kafka's maybeCleanupShareGroupState: a topic deleted (and one recreated under the same
-    name, a new topic id) is no longer among the group's initialized topics; here from the
-    group's next heartbeat."""
+    name, a new topic id) is no longer among the group's initialized topics (from its
+    deletion, tests/test_share_topic_deletion.py; here checked at the heartbeats after it)."""
     coordinator = coordinator_of(broker.broker)
     broker.call(broker.broker.create_topic, "brief", 1)
     with RawClient(broker.bootstrap_servers) as client:
@@ -257,3 +263,91 @@ def test_a_deleted_topic_leaves_the_groups_share_state_metadata(broker):
         new = broker.broker.topics["brief"].topic_id
         wait_for("the new brief's share state", lambda: new in coordinator.groups["g"].initialized)
         assert old not in coordinator.groups["g"].initialized
+
+
+def test_classic_and_consumer_group_requests_naming_a_share_group_answer_as_kafka(broker):
+    """Kafka's ShareGroup.validateOffsetCommit/validateOffsetFetch and the classic lookups:
+    OffsetCommit answers GROUP_ID_NOT_FOUND for every partition of every version (metadata
+    too large or not: the group is checked first), OffsetFetch no offsets and no error,
+    OffsetDelete GROUP_ID_NOT_FOUND, JoinGroup INCONSISTENT_GROUP_PROTOCOL with no member
+    id, SyncGroup, Heartbeat and LeaveGroup UNKNOWN_MEMBER_ID; the group is left as it was."""
+    with RawClient(broker.bootstrap_servers) as client:
+        find_coordinator(client, "s")
+        m = member_id()
+        assert heartbeat(client, "s", m, 0, ["q"]).error_code == 0
+        spec = request_spec(OFFSET_COMMIT)
+        part = spec.struct("OffsetCommitRequestPartition")
+        big = "x" * 5000  # over offset.metadata.max.bytes
+        topics = [
+            spec.struct("OffsetCommitRequestTopic")(
+                name=name, partitions=[part(partition_index=0, committed_metadata=meta)]
+            )
+            for name, meta in (("q", ""), ("other", big))
+        ]
+        for version, generation, member in [(2, -1, ""), (8, -1, ""), (9, -1, ""), (9, 1, m), (7, 1, m)]:
+            body = spec.cls(group_id="s", generation_id_or_member_epoch=generation, member_id=member, topics=topics)
+            answer = client.request(OFFSET_COMMIT, version, body)
+            errors = [p.error_code for t in answer.topics for p in t.partitions]
+            assert errors == [ErrorCode.GROUP_ID_NOT_FOUND] * 2, (version, generation, errors)
+        fetch = request_spec(OFFSET_FETCH)
+        named = fetch.cls(
+            group_id="s", topics=[fetch.struct("OffsetFetchRequestTopic")(name="q", partition_indexes=[0])]
+        )
+        old = client.request(OFFSET_FETCH, 7, named)
+        assert old.error_code == 0
+        assert [(p.committed_offset, p.error_code) for t in old.topics for p in t.partitions] == [(-1, 0)]
+        group = fetch.struct("OffsetFetchRequestGroup")
+        for topics in (None, [fetch.struct("OffsetFetchRequestTopics")(name="q", partition_indexes=[0])]):
+            answer = client.request(OFFSET_FETCH, 8, fetch.cls(groups=[group(group_id="s", topics=topics)])).groups[0]
+            assert answer.error_code == 0
+            assert [(p.committed_offset, p.error_code) for t in answer.topics for p in t.partitions] == (
+                [] if topics is None else [(-1, 0)]
+            )
+        delete = request_spec(OFFSET_DELETE)
+        t = delete.struct("OffsetDeleteRequestTopic")(
+            name="q", partitions=[delete.struct("OffsetDeleteRequestPartition")(partition_index=0)]
+        )
+        assert (
+            client.request(OFFSET_DELETE, 0, delete.cls(group_id="s", topics=[t])).error_code
+            == ErrorCode.GROUP_ID_NOT_FOUND
+        )
+        join = request_spec(JOIN_GROUP)
+        protocol = join.struct("JoinGroupRequestProtocol")(name="range", metadata=b"")
+        for member in ("", "someone"):
+            body = join.cls(
+                group_id="s", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id=member,
+                protocol_type="consumer", protocols=[protocol],
+            )  # fmt: skip
+            answer = client.request(JOIN_GROUP, 9, body)
+            assert (answer.error_code, answer.member_id) == (ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "")
+        sync = request_spec(SYNC_GROUP).cls(group_id="s", generation_id=1, member_id=m, assignments=[])
+        assert client.request(SYNC_GROUP, 5, sync).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        beat = request_spec(HEARTBEAT).cls(group_id="s", generation_id=1, member_id=m)
+        assert client.request(HEARTBEAT, 4, beat).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        leave = request_spec(LEAVE_GROUP)
+        body = leave.cls(group_id="s", members=[leave.struct("MemberIdentity")(member_id=m)])
+        assert client.request(LEAVE_GROUP, 5, body).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        d = describe(client, "s")
+        assert (d.group_state, [x.member_id for x in d.members]) == ("Stable", [m])
+
+
+def test_a_transaction_cannot_commit_offsets_for_a_share_group(broker):
+    """Kafka's ShareGroup.validateOffsetCommit refuses a transactional commit too: a real
+    transactional producer's ``send_offsets_to_transaction`` for a share group's id fails
+    with GROUP_ID_NOT_FOUND, and the group has no committed offset afterwards."""
+    with RawClient(broker.bootstrap_servers) as client:
+        find_coordinator(client, "s")
+        assert heartbeat(client, "s", member_id(), 0, ["q"]).error_code == 0
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "tx", "log_level": 3})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "s"})
+    metadata = consumer.consumer_group_metadata()
+    consumer.close()
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        producer.send_offsets_to_transaction([TopicPartition("q", 0, 3)], metadata, 10)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.GROUP_ID_NOT_FOUND, refused.value
+    producer.abort_transaction(10)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("s", [TopicPartition("q", 0)])])
+    assert [tp.offset for tp in listed["s"].result(10).topic_partitions] == [-1001], "no offset committed"

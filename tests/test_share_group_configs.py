@@ -131,6 +131,8 @@ def test_a_broker_refuses_share_settings_that_do_not_hold_together(tmp_path):
         ("group.share.heartbeat.interval.ms=1000", "group.share.heartbeat.interval.ms must be greater than or equal to group.share.min.heartbeat.interval.ms"),
         ("group.share.session.timeout.ms=90000", "group.share.session.timeout.ms must be less than or equal to group.share.max.session.timeout.ms"),
         ("group.share.assignors=simple,simple", "group.share.assignors must contain exactly one assignor, but found 2"),
+        ("group.share.record.lock.duration.ms=10000", "group.share.record.lock.duration.ms must be greater than or equal to group.share.min.record.lock.duration.ms"),
+        ("group.share.max.delivery.count.limit=4", "group.share.max.delivery.count.limit must be greater than or equal to group.share.delivery.count.limit"),
     ]:  # fmt: skip
         args = ("serve", "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path}")
         refused = brokkr(*args, "--override", setting)
@@ -163,3 +165,18 @@ def test_group_settings_set_on_one_broker_reach_every_broker(brokkr_cluster):
         "the default again",
         lambda: brokers[0].call(brokers[0].broker.group_configs.value, "g.1/x", "share.delivery.count.limit") == "5",
     )
+
+
+def test_a_groups_assignment_interval_is_taken_at_zero_only(brokkr_broker_factory):
+    b = brokkr_broker_factory({})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
+    configs = described(admin, "g")
+    for name in ("share.assignment.interval.ms", "consumer.assignment.interval.ms"):
+        assert (configs[name].value, configs[name].source) == ("0", ConfigSource.DEFAULT_CONFIG.value), name
+    alter(admin, "g", ("share.assignment.interval.ms", "0", SET), ("consumer.assignment.interval.ms", "0", SET))
+    assert described(admin, "g")["share.assignment.interval.ms"].source == ConfigSource.GROUP_CONFIG.value
+    for name in ("share.assignment.interval.ms", "consumer.assignment.interval.ms"):
+        assert refusal(admin, "g", name, "1000") == (
+            f"invalid value '1000' for configuration {name}: brokkr takes only 0: "
+            "a group's target assignment is computed at once, in the heartbeat that finds it out of date"
+        )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib
 
-from brokkr.core.config import ConfigDef, ConfigType, at_least
+from brokkr.core.config import ASSIGNS_AT_ONCE, ASSIGNS_ON_THE_LOOP, ConfigDef, ConfigType, at_least, between, only
 from brokkr.core.plugins import hookimpl
 
 from .consumer_config import CONSUMER_CONFIGS, consumer_protocol_enabled
@@ -57,6 +57,14 @@ CONFIGS = [
         f"Replicas of each {OFFSETS_TOPIC} partition on a cluster (FindCoordinator answers COORDINATOR_NOT_AVAILABLE "
         "until that many brokers are live); a broker alone keeps one and refuses a setting above 1.",
         validator=at_least(1),
+    ),
+    ConfigDef(
+        "offsets.topic.compression.codec",
+        ConfigType.INT,
+        0,
+        f"The codec of the group coordinator's writes to {OFFSETS_TOPIC}, a Kafka compression id: 0 none, 1 gzip, "
+        "2 snappy, 3 lz4, 4 zstd.",
+        validator=between(0, 4),
     ),
     ConfigDef(
         "offsets.commit.timeout.ms",
@@ -115,6 +123,36 @@ CONFIGS = [
         2**31 - 1,
         "The most members a classic group may have (else GROUP_MAX_SIZE_REACHED).",
         validator=at_least(1),
+    ),
+    # Kafka 4.3's assignment batching and assignor offload (KIP-1263) for consumer groups: brokkr
+    # computes a target assignment at once, on the event loop (as for share groups, core/config.py).
+    ConfigDef(
+        "group.consumer.assignment.interval.ms",
+        ConfigType.INT,
+        0,
+        "Least time between two assignments of a consumer group: 0, brokkr assigns at once (Kafka's default: 1000).",
+        validator=only(0, why=ASSIGNS_AT_ONCE),
+    ),
+    ConfigDef(
+        "group.consumer.min.assignment.interval.ms",
+        ConfigType.INT,
+        0,
+        "Least consumer.assignment.interval.ms a group may set.",
+        validator=only(0, why=ASSIGNS_AT_ONCE),
+    ),
+    ConfigDef(
+        "group.consumer.max.assignment.interval.ms",
+        ConfigType.INT,
+        15000,
+        "Most consumer.assignment.interval.ms a group may set.",
+        validator=at_least(0),
+    ),
+    ConfigDef(
+        "group.consumer.assignor.offload.enable",
+        ConfigType.BOOLEAN,
+        False,
+        "Whether consumer groups' assignments are computed on a background thread: no (Kafka's default: true).",
+        validator=only(False, why=ASSIGNS_ON_THE_LOOP),
     ),
 ]
 

@@ -22,6 +22,7 @@ from brokkr.core.errors import ErrorCode
 
 from ..coordinator_partitions import write_error
 from .classic import ClassicGroup, ClassicMember, ClassicState
+from .share_group import ShareGroup
 
 if TYPE_CHECKING:
     from .coordinator import GroupCoordinator
@@ -76,10 +77,12 @@ class ClassicProtocol:
             return JoinResult(error, member_id)
         if not self.min_session_ms <= request.session_timeout_ms <= self.max_session_ms:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
+        group = self.coordinator.groups.get(group_id)
+        if group is not None and group.type == ShareGroup.type:  # Kafka: "not a consumer group", no member id
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "")
         protocols = [(p.name, bytes(p.metadata)) for p in request.protocols]
         if not request.protocol_type or not protocols:
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
-        group = self.coordinator.groups.get(group_id)
         if group is None:
             if member_id:
                 return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)

@@ -56,6 +56,7 @@ class GroupCoordinator(PartitionedCoordinator):
         segment_bytes="offsets.topic.segment.bytes",
     )
     write_timeout = "offsets.commit.timeout.ms"
+    compression = "offsets.topic.compression.codec"
     #: Transactional offset commits (TxnOffsetCommit) load as pending until their marker.
     replays_transactional = True
 
@@ -72,6 +73,10 @@ class GroupCoordinator(PartitionedCoordinator):
         self.spawn(self.offsets.expire_periodically(), "offsets expiry")
         self.consumer.start()
         self.share.start()
+
+    def stop(self) -> None:
+        super().stop()
+        self.share.close()
 
     def create_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` (see :meth:`PartitionedCoordinator.create_topic`)."""

@@ -97,6 +97,11 @@ class ShareGroup:
         topic = self.initialized.get(topic_id)
         return topic.partitions if topic is not None else frozenset()
 
+    def names_any(self, topic_ids: set[uuid.UUID]) -> bool:
+        """Whether its share-state metadata (initializing, initialized, deleting) names any of
+        ``topic_ids``."""
+        return any(t in topic_ids for held in (self.initializing, self.initialized, self.deleting) for t in held)
+
     # -- changes (called by replay only) ----------------------------------------------
 
     def update_member(self, new: ShareMember) -> None:

@@ -18,7 +18,9 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from brokkr.core.errors import ConfigError, ErrorCode
+from brokkr.core.broker_client import BrokerClients
+from brokkr.core.errors import ConfigError, CorruptRequest, ErrorCode
+from brokkr.core.protocol.frames import request_spec
 
 from ..coordinator_partitions import write_error
 from .consumer_coordinator import RETRY_MS, BrokerTopics, now_ms, run_timers
@@ -37,18 +39,24 @@ log = logging.getLogger("brokkr.groups")
 #: the group's share.auto.offset.reset says.
 UNINITIALIZED_START_OFFSET = -1
 #: How long a heartbeat waits for the share state it asked for (then it answers without
-#: those partitions); how long after a failed initialization a group's are tried again
-#: (Kafka's group.share.initialize.retry.interval.ms).
+#: those partitions; after a failed initialization a group's are tried again
+#: group.share.initialize.retry.interval.ms later).
 INITIALIZE_WAIT_S = 1.0
-INITIALIZE_RETRY_MS = 30_000
 #: (error, message, per partition or topic: its error).
 ShareOffsetsResult = tuple[ErrorCode, str | None, dict]
+#: ListOffsets, the version sent to the partitions' leaders and its "latest offset" timestamp.
+LIST_OFFSETS, LIST_OFFSETS_VERSION, LATEST = 2, 7, -1
 
 
 def check_settings(config) -> None:
-    """The group.share.* session and heartbeat settings hold together (GroupCoordinatorConfig's
-    ``require`` calls, at start); ConfigError otherwise."""
+    """The group.share.* settings hold together (the ``require`` calls of Kafka's
+    GroupCoordinatorConfig and ShareGroupConfig, at start); ConfigError otherwise."""
     value = config.__getitem__
+    for kind in ("record.lock.duration.ms", "delivery.count.limit", "partition.max.record.locks"):
+        low, mid, high = (f"group.share.{w}{kind}" for w in ("min.", "", "max."))
+        for larger, smaller in ((mid, low), (high, mid)):
+            if value(larger) < value(smaller):
+                raise ConfigError(f"{larger} must be greater than or equal to {smaller}")
     for kind in ("heartbeat.interval.ms", "session.timeout.ms"):
         low, mid, high = (f"group.share.{w}{kind}" for w in ("min.", "", "max."))
         for larger, smaller in ((high, low), (mid, low)):
@@ -77,6 +85,8 @@ class ShareGroups:
         #: Soft state: each group's running initialization (when a failed one may be retried is
         #: on the group, ShareGroup.initialize_retry_ms, and goes with it).
         self._initializing: dict[str, asyncio.Task] = {}
+        #: Clients to the partitions' leaders, for their end offsets (lag).
+        self._clients: BrokerClients | None = None
 
     @property
     def persister(self) -> Any:
@@ -167,7 +177,7 @@ class ShareGroups:
         """Initialize the share state of ``pending`` partitions (a new topic's from
         share.auto.offset.reset, a grown topic's new partitions from offset 0, as Kafka
         does) and record those that succeeded; after a failure the group's partitions are
-        tried again after :data:`INITIALIZE_RETRY_MS`. Whether any succeeded."""
+        tried again after group.share.initialize.retry.interval.ms. Whether any succeeded."""
         group = self.coordinator.groups.get(group_id)
         if not isinstance(group, ShareGroup) or self.persister is None:
             return False
@@ -185,7 +195,7 @@ class ShareGroups:
                 log.warning(
                     "share group %s: initializing the state of %s-%d failed: %s", group_id, topic_id, p, outcome
                 )
-                group.initialize_retry_ms = now_ms() + INITIALIZE_RETRY_MS
+                group.initialize_retry_ms = now_ms() + self.broker.config["group.share.initialize.retry.interval.ms"]
                 continue
             done.setdefault(topic_id, set()).add(p)
         if not done:
@@ -282,6 +292,63 @@ class ShareGroups:
                 errors.update({t: write_error(error) for t in gone if error})
             return ErrorCode.NONE, None, errors
 
+    async def end_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[ErrorCode, int]]:
+        """(error, end offset) of each partition, as its leader answers ListOffsets for the
+        latest offset, read_uncommitted: its high watermark (Kafka's
+        NetworkPartitionMetadataClient.listLatestOffsets, which lag is computed from). Led
+        here, it is read at once; else one request per leader, all at once; without a
+        leader, LEADER_NOT_AVAILABLE."""
+        out: dict[tuple[str, int], tuple[ErrorCode, int]] = {}
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        replicas = self.broker.replicas
+        for name, index in partitions:
+            local = self.broker.partition(name, index)
+            if local is not None and local.is_leader:
+                out[(name, index)] = (ErrorCode.NONE, local.high_watermark)
+                continue
+            state = replicas.membership.partition_state(name, index) if replicas is not None else None
+            if state is None or state.leader < 0:
+                out[(name, index)] = (ErrorCode.LEADER_NOT_AVAILABLE, -1)
+            else:
+                by_leader.setdefault(state.leader, []).append((name, index))
+        answers = await asyncio.gather(*(self._list_latest(node, tps) for node, tps in by_leader.items()))
+        for answer in answers:
+            out.update(answer)
+        return out
+
+    async def _list_latest(self, node: int, partitions: list[tuple[str, int]]) -> dict:
+        """ListOffsets (latest, read_uncommitted) of ``partitions`` to broker ``node``, their leader."""
+        if self._clients is None:
+            self._clients = BrokerClients(self.broker, "share-group-lag")
+        client = self._clients.get(node)
+        if client is None:
+            return dict.fromkeys(partitions, (ErrorCode.LEADER_NOT_AVAILABLE, -1))
+        spec = request_spec(LIST_OFFSETS)
+        wanted: dict[str, list] = {}
+        for name, index in partitions:
+            wanted.setdefault(name, []).append(
+                spec.struct("ListOffsetsPartition")(partition_index=index, current_leader_epoch=-1, timestamp=LATEST)
+            )
+        topics = [spec.struct("ListOffsetsTopic")(name=name, partitions=ps) for name, ps in wanted.items()]
+        body = spec.cls(replica_id=-1, isolation_level=0, topics=topics)
+        timeout_s = self.broker.config["replica.socket.timeout.ms"] / 1000
+        try:
+            response = await client.request(LIST_OFFSETS, LIST_OFFSETS_VERSION, body, timeout_s)
+        except TimeoutError:
+            return dict.fromkeys(partitions, (ErrorCode.REQUEST_TIMED_OUT, -1))
+        except (OSError, CorruptRequest):
+            return dict.fromkeys(partitions, (ErrorCode.NETWORK_EXCEPTION, -1))
+        out = dict.fromkeys(partitions, (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1))  # left out of the answer
+        for t in response.topics:
+            for p in t.partitions:
+                if (t.name, p.partition_index) in out:
+                    out[(t.name, p.partition_index)] = (ErrorCode(p.error_code), p.offset)
+        return out
+
+    def close(self) -> None:
+        if self._clients is not None:
+            self._clients.close()
+
     # -- deletion -----------------------------------------------------------------------
 
     async def delete_state(self, group: ShareGroup) -> ErrorCode:
@@ -292,6 +359,25 @@ class ShareGroups:
         results = await self.persister.delete(group.group_id, partitions)
         errors = [ErrorCode(code) for code in results.values() if code]
         return errors[0] if errors else ErrorCode.NONE
+
+    async def topics_deleted(self, topic_ids: set[uuid.UUID]) -> None:
+        """Kafka's maybeCleanupShareGroupState: each share group loaded here forgets the
+        deleted topics' share-state metadata (their state is the share coordinator's to
+        delete), one record per group that held any."""
+        holding = [
+            g.group_id
+            for g in list(self.coordinator.groups.values())
+            if isinstance(g, ShareGroup) and g.names_any(topic_ids)
+        ]
+        for group_id in holding:
+            async with self.lock(group_id):
+                group = self.coordinator.groups.get(group_id)
+                if not isinstance(group, ShareGroup) or self.coordinator.check_coordinator(group_id):
+                    continue
+                record = self.protocol.without_topics(group, topic_ids)
+                error = await self.coordinator.write(group_id, [record]) if record is not None else None
+                if error:
+                    log.warning("share group %s: forgetting deleted topics failed: %s", group_id, error.name)
 
     # -- timers and loading -----------------------------------------------------------
 

@@ -278,11 +278,22 @@ class ShareProtocol:
         return rec.state_metadata(group.group_id, initializing, initialized, group.deleting)
 
     @staticmethod
+    def without_topics(group: ShareGroup, topic_ids: set[uuid.UUID]) -> rec.Record | None:
+        """The ShareGroupStatePartitionMetadata record without ``topic_ids`` (deleted topics)
+        among its initializing, initialized and deleting topics; None when it holds none of
+        them (Kafka's maybeCleanupShareGroupState)."""
+        if not group.names_any(topic_ids):
+            return None
+        held = (group.initializing, group.initialized, group.deleting)
+        initializing, initialized, deleting = ({t: v for t, v in d.items() if t not in topic_ids} for d in held)
+        return rec.state_metadata(group.group_id, initializing, initialized, deleting)
+
+    @staticmethod
     def _forget_deleted_topics(group: ShareGroup, topics: TopicsView) -> list[rec.Record]:
         """The ShareGroupStatePartitionMetadata record without the topics deleted since (by
-        name: gone, or recreated under another id), else none (Kafka's
-        maybeCleanupShareGroupState, which runs when a topic is deleted; here at the group's
-        next heartbeat, so that a group holds only topics that exist)."""
+        name: gone, or recreated under another id), else none: what :meth:`without_topics`
+        did when the topic was deleted, done again at the group's next heartbeat for a group
+        that was not loaded here then, so that a group holds only topics that exist."""
 
         def exists(topic_id: uuid.UUID, tp: TopicPartitions) -> bool:
             found = topics.lookup(tp.name)

@@ -19,15 +19,20 @@ the APIs are not served and FindCoordinator answers COORDINATOR_NOT_AVAILABLE fo
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import logging
 
 from brokkr.core.plugins import hookimpl
+from brokkr.plugins.groups import coordinator_of
 
 from .coordinator import PLUGIN_NAME as COORDINATOR_NAME
 from .coordinator import SHARE_STATE_TOPIC, ShareCoordinator
 from .manager import PLUGIN_NAME as MANAGER_NAME
 from .manager import ShareManager
 from .persister import SharePersister
+
+log = logging.getLogger("brokkr.share")
 
 
 def share_coordinator_of(broker) -> ShareCoordinator | None:
@@ -63,6 +68,31 @@ def brokkr_broker_starting(broker):
 @hookimpl
 def brokkr_broker_started(broker):
     share_coordinator_of(broker).start()
+
+
+@hookimpl
+def brokkr_topic_deleted(topic, broker):
+    coordinator = share_coordinator_of(broker)
+    if coordinator is not None:
+        coordinator.spawn(topics_deleted(broker, {topic.topic_id}), f"share state of deleted topic {topic.name}")
+
+
+async def topics_deleted(broker, topic_ids: set) -> None:
+    """The topics ``topic_ids`` were deleted: this broker's share partitions of them go (their
+    locks and timers with them), the share state of their partitions in the
+    ``__share_group_state`` partitions led here is deleted, and the share groups coordinated
+    here forget them (Kafka's onMetadataUpdate of the share and group coordinators)."""
+    manager = share_manager_of(broker)
+    for partition in {sp.partition for sp in list(manager.partitions.values()) if sp.key[1] in topic_ids}:
+        manager.drop_partition(partition)
+    groups = coordinator_of(broker)
+    try:
+        await asyncio.gather(
+            share_coordinator_of(broker).topics_deleted(topic_ids),
+            groups.share.topics_deleted(topic_ids) if groups is not None else asyncio.sleep(0),
+        )
+    except Exception:  # logged; the share state of later deletions is still deleted
+        log.exception("deleting the share state of the deleted topics %s failed", sorted(map(str, topic_ids)))
 
 
 @hookimpl

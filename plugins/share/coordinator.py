@@ -51,6 +51,9 @@ SHARE_STATE_TOPIC = "__share_group_state"
 MAX_STATE_BATCHES = 10000
 #: The most cold snapshots one run writes per __share_group_state partition.
 COLD_SNAPSHOTS_PER_RUN = 100
+#: The most tombstones one write of :meth:`ShareCoordinator.topics_deleted` carries (each
+#: about 60 bytes: well within max.message.bytes).
+TOMBSTONES_PER_BATCH = 500
 
 log = logging.getLogger("brokkr.share")
 
@@ -121,6 +124,7 @@ class ShareCoordinator(PartitionedCoordinator):
     )
     write_timeout = "share.coordinator.write.timeout.ms"
     load_buffer = "share.coordinator.load.buffer.size"
+    compression = "share.coordinator.state.topic.compression.codec"
 
     def __init__(self, broker):
         super().__init__(broker)
@@ -334,6 +338,22 @@ class ShareCoordinator(PartitionedCoordinator):
         if self.state(key) is None:
             return ErrorCode.NONE
         return await self._append(key, SNAPSHOT, None)
+
+    async def topics_deleted(self, topic_ids: set[uuid.UUID]) -> None:
+        """Kafka's maybeCleanupShareState: the states of the deleted topics' share partitions
+        in the partitions loaded here are deleted, a tombstone each, at most
+        :data:`TOMBSTONES_PER_BATCH` per batch. A partition that fails keeps them (logged)."""
+        for index, states in list(self.states.items()):
+            keys = [key for key in states if key[1] in topic_ids]
+            for first in range(0, len(keys), TOMBSTONES_PER_BATCH):
+                if self._check_partition(index):
+                    break
+                batch = keys[first : first + TOMBSTONES_PER_BATCH]
+                tombstones = [(records.encode_key(SNAPSHOT, *key), None) for key in batch]
+                error = await self.write(records.coordinator_key(*batch[0]), tombstones)
+                if error:
+                    log.warning("deleting share state in %s-%d failed: %s", self.topic, index, error.name)
+                    break
 
     # -- pruning ------------------------------------------------------------------------
 

@@ -8,16 +8,20 @@ from __future__ import annotations
 import time
 
 import pytest
+from brokkr.plugins.groups import coordinator_of
 from brokkr.plugins.share import share_coordinator_of, share_manager_of
 from brokkr.plugins.share.coordinator import SHARE_STATE_TOPIC
 
 from tests.cluster.test_replication import DEADLINE, bootstrap, create, wait_for
+from tests.test_group_tool import table
 from tests.test_share_consumer import set_group
+from tests.test_tools import brokkr
 
 ck = pytest.importorskip("confluent_kafka")
 if not hasattr(ck, "ShareConsumer"):
     pytest.skip("confluent-kafka without ShareConsumer", allow_module_level=True)
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 
 SETTINGS = {
     "share_coordinator_state_topic_num_partitions": 1,
@@ -106,3 +110,81 @@ def test_a_group_config_set_through_one_broker_reaches_every_brokers_share_parti
     c = share_consumer(bootstrap(brokers), "ear")
     got = consume(c, 9, DEADLINE, lambda m: AcknowledgeType.ACCEPT)
     assert sorted(got) == sorted((i // 3, 1) for i in range(9)), "every partition's records, from offset 0"
+
+
+def earliest(brokers, address: str) -> None:
+    """Group g's share partitions start at the earliest offset, on every broker."""
+    set_group(address, "g", share_auto_offset_reset="earliest")
+    wait_for(
+        "the setting on every broker",
+        lambda: all(b.broker.group_configs.typed("g", "share.auto.offset.reset") == "earliest" for b in brokers),
+    )
+
+
+def test_lag_is_described_for_partitions_other_brokers_lead(brokkr_cluster):
+    """KIP-1226's lag (DescribeShareGroupOffsets v1): the end offset each partition's leader
+    answers (ListOffsets, as Kafka's group coordinator asks it), less the share partition's
+    start offset and the records delivered past it; the group's coordinator leads one of the
+    three partitions, not the other two. ``brokkr share-groups --describe``, as a user runs it."""
+    brokers = brokkr_cluster(3, **SETTINGS)
+    leaders = create(brokers, "lag", 3, 1)
+    assert len({leader for leader, _, _ in leaders.values()}) == 3, "each broker leads one partition"
+    address = bootstrap(brokers)
+    earliest(brokers, address)
+    producer = Producer({"bootstrap.servers": address, "log_level": 3})
+
+    def produce(counts):
+        for p, n in enumerate(counts):
+            for i in range(n):
+                producer.produce("lag", b"v%d" % i, partition=p)
+        assert producer.flush(DEADLINE) == 0
+
+    produce([1, 2, 3])
+    got = consume(share_consumer(address, "lag"), 6, DEADLINE, lambda m: AcknowledgeType.ACCEPT)
+    assert len(got) == 6
+    produce([1, 2, 3])  # not delivered yet: the lag
+
+    def started():
+        """The rows once every start offset is past the accepted records (None before)."""
+        out = brokkr("share-groups", "--bootstrap-server", address, "--describe", "--group", "g")
+        rows = table(out.stdout)[1:] if out.returncode == 0 else []
+        return rows if [row[3] for row in rows] == ["1", "2", "3"] else None
+
+    rows = wait_for("the start offsets past the accepted records", started)
+    expected = [["g", "lag", str(p), str(p + 1), str(p + 1)] for p in range(3)]
+    assert rows == expected, "START-OFFSET and LAG of every partition, whichever broker leads it"
+
+
+def test_a_topic_the_cluster_deletes_leaves_no_share_state(brokkr_cluster):
+    """A topic deleted through one broker: the share coordinator (wherever it runs) deletes
+    its share partitions' state, the group's coordinator forgets it in the group's share-state
+    metadata (an empty group: no heartbeat does it), every data broker drops its share
+    partitions."""
+    brokers = brokkr_cluster(3, **SETTINGS)
+    create(brokers, "gone", 3, 1)
+    address = bootstrap(brokers)
+    earliest(brokers, address)
+    producer = Producer({"bootstrap.servers": address, "log_level": 3})
+    for p in range(3):
+        producer.produce("gone", b"v", partition=p)
+    assert producer.flush(DEADLINE) == 0
+    assert len(consume(share_consumer(address, "gone"), 3, DEADLINE, lambda m: AcknowledgeType.ACCEPT)) == 3
+    topic_id = brokers[0].broker.topics["gone"].topic_id
+    states = share_coordinator_of(wait_for("the share coordinator", lambda: share_coordinator(brokers)).broker)
+
+    def held_state():
+        return {key for key in list(states.states.get(0, {})) if key[1] == topic_id}
+
+    def group():
+        return next(g for b in brokers if (g := coordinator_of(b.broker).groups.get("g")) is not None)
+
+    assert held_state() == {("g", topic_id, p) for p in range(3)}
+    assert topic_id in group().initialized
+    admin = AdminClient({"bootstrap.servers": brokers[2].bootstrap_servers, "log_level": 3})
+    admin.delete_topics(["gone"])["gone"].result(DEADLINE)
+    wait_for("its share state deleted", lambda: not held_state())
+    wait_for("the group forgot it", lambda: topic_id not in group().initialized)
+    wait_for(
+        "every broker's share partitions of it dropped",
+        lambda: not any(k[1] == topic_id for b in brokers for k in list(share_manager_of(b.broker).partitions)),
+    )

@@ -1,9 +1,12 @@
 """DescribeShareGroupOffsets (key 90), versions 0-1: where each share partition of a group
 starts (its share state's start offset, read through the persister ``broker.share_state``)
-and, from v1 (KIP-1226), its lag. Topics null: every partition whose state the group
-initialized. Needs DESCRIBE on the group; a topic the principal may not DESCRIBE is left out
-of an all-topics answer and answers start offset -1 when named, as Kafka answers; so do a
-topic that does not exist and a partition without state."""
+and, from v1 (KIP-1226), its lag: the partition's end offset as its leader answers it
+(``ShareGroups.end_offsets``: ListOffsets to another broker), less the start offset and the
+records delivered past it (Kafka's computeShareGroupLagAndBuildResponse); a partition whose
+leader does not answer carries the error instead. Topics null: every partition whose state
+the group initialized. Needs DESCRIBE on the group; a topic the principal may not DESCRIBE is
+left out of an all-topics answer and answers start offset -1 when named, as Kafka answers;
+so do a topic that does not exist and a partition without state."""
 
 from __future__ import annotations
 
@@ -27,15 +30,10 @@ UNINITIALIZED, DEFAULT_LEADER_EPOCH = -1, 0
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def _lag(broker, topic: str, partition: int, summary) -> int:
-    """High watermark - start offset - records delivered beyond it (Kafka's
-    computeShareGroupLagAndBuildResponse); -1 when a part is unknown here (the summary
-    without a delivery-complete count, the partition led by another broker)."""
-    error, start = summary[0], summary[1]
-    local = broker.partition(topic, partition)
-    if error or start < 0 or len(summary) < 5 or summary[4] < 0 or local is None:
-        return UNINITIALIZED
-    return local.high_watermark - start - summary[4]
+def _needs_lag(summary) -> bool:
+    """Whether a share partition's lag is computed (Kafka's shouldComputeSharePartitionLag):
+    its state was read, with a start offset and a delivery-complete count."""
+    return not summary[0] and summary[1] >= 0 and len(summary) >= 5 and summary[4] >= 0
 
 
 def _exists(broker, topic_id: uuid.UUID, partition: int) -> bool:
@@ -73,18 +71,25 @@ async def describe(broker, ctx, group_id: str, topics) -> Group:
     persister = coordinator.share.persister
     keys = list(dict.fromkeys((t, p) for t, (_, ps) in wanted.items() for p in ps if _exists(broker, t, p)))
     summaries = await persister.read_summary(group_id, keys) if persister is not None and keys else {}
+    lagging = [(wanted[t][0], p) for (t, p), summary in summaries.items() if _needs_lag(summary)]
+    ends = await coordinator.share.end_offsets(lagging) if lagging else {}
     out = []
     for topic_id, (name, partitions) in wanted.items():
         answered = []
         for p in partitions:
             summary = summaries.get((topic_id, p), (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, 0, -1))
             ok = not summary[0]
+            error, end = ends.get((name, p), (ErrorCode.NONE, -1))
+            if error:  # the leader's end offset is not known: its error, as Kafka answers it
+                answered.append(Partition(partition_index=p, error_code=error))
+                continue
             answered.append(
                 Partition(
                     partition_index=p,
                     start_offset=summary[1] if ok else UNINITIALIZED,
                     leader_epoch=summary[2] if ok else DEFAULT_LEADER_EPOCH,
-                    lag=_lag(broker, name, p, summary),
+                    # the end offset - the start offset - the records delivered beyond it
+                    lag=end - summary[1] - summary[4] if (name, p) in ends else UNINITIALIZED,
                 )
             )
         out.append(Topic(topic_name=name, topic_id=topic_id, partitions=answered))

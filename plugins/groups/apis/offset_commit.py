@@ -42,7 +42,9 @@ async def handle(broker, ctx, request):
         request.group_instance_id,
         ctx.api_version,
     )
-    if not error and offsets:
+    if error:  # Kafka checks the group before each partition's metadata
+        errors.update({tp: error for tp, e in errors.items() if e == ErrorCode.OFFSET_METADATA_TOO_LARGE})
+    elif offsets:
         error = await coordinator.offsets.commit(request.group_id, request.member_id, offsets)
     errors.update(dict.fromkeys(offsets, error))
     return _response(request, lambda t, p: errors[(t, p)])

@@ -9,7 +9,8 @@ Needs WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 the group (else GROUP_AUTHORIZATION_FAILED) and on each topic (TOPIC_AUTHORIZATION_FAILED);
 unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION. From v3 a group member's commit
 carries its generation and member id, checked as OffsetCommit checks them (KIP-447); a
-commit without them (generation -1, no member id) is not checked against the group. A stale
+commit without them (generation -1, no member id) is not checked against the group, unless
+it is a share group (GROUP_ID_NOT_FOUND, as Kafka's ShareGroup.validateOffsetCommit). A stale
 producer epoch answers INVALID_PRODUCER_EPOCH (the partition's producer state refuses it).
 
 KIP-890 part 1: a commit that would start the producer's transaction on the group's
@@ -26,6 +27,7 @@ from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import response_spec
 
 from .. import coordinator_of
+from ..share_group import ShareGroup
 from .offset_commit import authorize_commit, offsets_to_commit
 
 KEY = 28
@@ -49,10 +51,13 @@ async def handle(broker, ctx, request):
         return error_response(request, error)
     errors, offsets = offsets_to_commit(broker, ctx, coordinator, request.topics, allowed=allowed)
     error = ErrorCode.NONE
-    if ctx.api_version >= 3 and (request.member_id or request.generation_id >= 0):
+    member_commit = ctx.api_version >= 3 and (request.member_id or request.generation_id >= 0)
+    if member_commit or isinstance(coordinator.groups.get(request.group_id), ShareGroup):  # it takes no commits
         error = coordinator.offsets.validate_commit(
             request.group_id, request.generation_id, request.member_id, request.group_instance_id
         )
+    if error:  # Kafka checks the group before each partition's metadata
+        errors.update({tp: error for tp, e in errors.items() if e == ErrorCode.OFFSET_METADATA_TOO_LARGE})
     if not error and offsets:
         error = await _verify(broker, coordinator, request)
     if not error and offsets:
