@@ -45,7 +45,8 @@ class _ShareGroups(_Groups):
         return described
 
     def start_offsets(self, group: str, topics: list[tuple[str, list[int]]] | None = None):
-        """(topic, partition) -> (start offset, leader epoch, lag) of the group's share partitions."""
+        """(topic, partition) -> (start offset, leader epoch, lag) of the group's share partitions
+        (-1 each for a partition answered with an error: its leader did not answer)."""
         spec = request_spec(DESCRIBE_OFFSETS)
         topic = spec.struct("DescribeShareGroupOffsetsRequestTopic")
         wanted = None if topics is None else [topic(topic_name=t, partitions=ps) for t, ps in topics]
@@ -53,7 +54,7 @@ class _ShareGroups(_Groups):
         [g] = self.coordinator(group).request(DESCRIBE_OFFSETS, 1, body).groups
         _check(g.error_code, g.error_message, f"describing the offsets of share group {group}")
         return {
-            (t.topic_name, p.partition_index): (p.start_offset, p.leader_epoch, p.lag)
+            (t.topic_name, p.partition_index): (-1, -1, -1) if p.error_code else (p.start_offset, p.leader_epoch, p.lag)
             for t in g.topics
             for p in t.partitions
         }
