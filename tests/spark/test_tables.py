@@ -77,6 +77,72 @@ def test_backfill_into_a_table_records_its_offsets_in_the_table(brokkr_broker_fa
     check_table(fresh, "orders", sent)
 
 
+def test_a_commit_carries_at_most_flush_bytes_of_the_log(brokkr_broker_factory, tmp_path, spark):
+    """What one commit brings from Spark's executors into the driver is bounded by bytes too
+    (brokkr.sink.table.flush.bytes, batches as stored), not only by flush.records: 10 KB
+    records, at most 35,000 bytes a commit, so 3 a commit; a batch larger than that alone
+    goes in a commit of its own. The table's own record of each commit says so."""
+    logs, lake = tmp_path / "logs", tmp_path / "lake"
+    broker = brokkr_broker_factory({"log.dirs": str(logs)})
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0, "enable.idempotence": True}
+    )
+    sent: dict = {}
+
+    def report(err, msg):
+        assert err is None, err
+        sent[(msg.partition(), msg.offset())] = (msg.key(), msg.value(), [], msg.timestamp()[1])
+
+    for i in range(20):
+        size = 50_000 if i == 10 else 10_000  # offset 10: one batch over the bound
+        producer.produce("big", key=b"k%d" % i, value=bytes([i]) * size, timestamp=1_700_000_000_000 + i,
+                         on_delivery=report)  # fmt: skip
+        assert producer.flush(10) == 0  # a batch per record
+    del producer
+    broker.stop()
+    m = mirror.TableMirror(spark, settings("iceberg", lake, flush_bytes=35_000))
+    for _ in mirror.backfill(m, logs):
+        pass
+    check_table(m.tables, "big", sent)
+    table = m.tables.table("big")
+    ranges = sorted(
+        tuple(int(o) for o in s.summary.additional_properties["brokkr.range.0"].split("-")) for s in table.snapshots()
+    )
+    assert ranges == [(0, 2), (3, 5), (6, 8), (9, 9), (10, 10), (11, 13), (14, 16), (17, 19)]
+
+
+def test_hand_overs_cut_at_batches_by_bytes_and_inside_batches_by_records(brokkr_broker_factory, tmp_path):
+    """The ranges a table mirror commits, on a real segment of 4 batches of 5 records: each
+    reads at most flush.bytes of batches (one larger batch alone) and covers at most
+    flush.records offsets, from a start inside a batch too, with no gap and no overlap."""
+    from brokkr.core.protocol.records import iter_batches_untrusted
+
+    broker = brokkr_broker_factory({"log.dirs": str(tmp_path / "logs")})
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 1000, "compression.type": "none"}
+    )
+    for _ in range(4):
+        for _ in range(5):
+            producer.produce("t", value=b"x" * 1000, partition=0)
+        assert producer.flush(10) == 0  # one batch of 5
+    del producer
+    broker.stop()
+    segment = tmp_path / "logs" / "t-0" / f"{0:020d}.log"
+    batches = [(h.base_offset, h.last_offset + 1, h.size) for h in iter_batches_untrusted(segment.read_bytes())]
+    assert [(a, b) for a, b, _ in batches] == [(0, 5), (5, 10), (10, 15), (15, 20)]
+    one = batches[0][2]
+    assert mirror.hand_overs(segment, 0, 20, 1000, 2 * one) == [(0, 10), (10, 20)]
+    assert mirror.hand_overs(segment, 3, 20, 1000, 2 * one) == [(3, 10), (10, 20)]
+    assert mirror.hand_overs(segment, 0, 12, 1000, 1) == [(0, 5), (5, 10), (10, 12)]  # a batch alone
+    assert mirror.hand_overs(segment, 0, 20, 7, 2 * one) == [(0, 7), (7, 14), (14, 20)]
+    for start, records, most in [(0, 1, one), (2, 3, one), (4, 6, 3 * one), (1, 100, one + 1), (0, 20, 10**9)]:
+        ranges = mirror.hand_overs(segment, start, 20, records, most)
+        assert [lo for lo, _ in ranges] == [start, *(hi for _, hi in ranges[:-1])] and ranges[-1][1] == 20
+        for lo, hi in ranges:
+            read = sum(size for first, after, size in batches if first < hi and after > lo)
+            assert hi - lo <= records and (read <= most or hi - lo <= 5 and read == one), (lo, hi)
+
+
 def mirrored(tables, ends: dict) -> bool:
     return all(tables.mirrored_offset("orders", p) >= end for p, end in ends.items())
 
@@ -359,8 +425,9 @@ def test_partition_spec_and_maintenance(brokkr_broker_factory, tmp_path, spark, 
             ("kafka_partition", "identity"),
             ("kafka_timestamp_day", "day"),
         ]
-    time.sleep(0.02)
-    m.tick()  # due: compaction and expiry
+    for _ in range(2):  # a round compacts one table partition: kafka.partition 0, then 1
+        time.sleep(0.02)
+        m.tick()  # due: compaction and expiry
     after = tables.data_files("orders")
     assert len(after) == 2  # one file per table partition (kafka.partition 0 and 1, one day)
     check_table(tables, "orders", sent)
@@ -495,3 +562,74 @@ def test_the_mirror_process_gets_the_brokers_own_registry_and_the_catalog_in_its
     assert b"catalog-secret-7a1" not in b" ".join(command)
     assert b"catalog-secret-7a1" in Path(f"/proc/{pid}/environ").read_bytes()
     broker.stop()
+
+
+# -- what the typed modes need installed (the lake extra) ---------------------------------------
+
+BLOCK_FASTAVRO = """
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "fastavro" or name.startswith("fastavro."):
+            raise ModuleNotFoundError("No module named 'fastavro'", name=name)
+sys.meta_path.insert(0, _Block())
+"""
+
+
+@pytest.fixture
+def without_fastavro(tmp_path, monkeypatch):
+    """Child processes (a ``brokkr serve``) in which fastavro cannot be imported."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCK_FASTAVRO)
+    monkeypatch.setenv("PYTHONPATH", f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+
+
+def test_a_typed_mode_without_its_packages_stops_the_broker_from_starting(tmp_path, without_fastavro):
+    from tests.test_plugin_failures import brokkr
+
+    done = brokkr(
+        "serve", "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path / 'd'}",
+        "--override", f"brokkr.sink.lake={tmp_path / 'lake'}", "--override", "brokkr.sink.format=delta",
+        "--override", "brokkr.sink.table.mode=value_schema_latest", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "brokkr.sink.table.mode=value_schema_latest needs fastavro: pip install 'brokkr[lake]'" in done.stderr
+    assert "Traceback" not in done.stderr and "listening" not in done.stderr
+
+
+def test_a_topic_asking_a_typed_mode_without_its_packages_is_refused(tmp_path, without_fastavro):
+    """CreateTopics answers INVALID_CONFIG, naming what to install, instead of a mirror that fails later."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.serve import Served
+
+    served = Served(
+        "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path / 'd'}", cwd=tmp_path
+    )
+    try:
+        admin = AdminClient({"bootstrap.servers": served.address})
+        typed = NewTopic("typed", 1, 1, config={"brokkr.sink.table.mode": "value_schema_id_prefix"})
+        plain = NewTopic("plain", 1, 1, config={"brokkr.sink.table.mode": "key_value"})
+        futures = admin.create_topics([typed, plain], request_timeout=10)
+        futures["plain"].result(10)
+        with pytest.raises(KafkaException) as refused:
+            futures["typed"].result(10)
+        error = refused.value.args[0]
+        assert error.name() == "INVALID_CONFIG"
+        assert "needs fastavro: pip install 'brokkr[lake]'" in error.str()
+    finally:
+        served.kill()
+
+
+def test_the_lake_extra_installs_what_the_typed_modes_need():
+    """``pip install 'brokkr[lake]'`` pulls the schema registry's formats (fastavro, jsonschema, protobuf)."""
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    lake = extras["lake"]
+    assert "brokkr[schema-registry]" in lake or set(extras["schema-registry"]) <= set(lake)
+    needed = {"fastavro", "jsonschema", "protobuf"}
+    assert needed <= {r.split(">")[0].split("=")[0].split("[")[0] for r in extras["schema-registry"]}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 
 import pyarrow as pa
 import pytest
@@ -236,3 +237,45 @@ def test_a_typed_table_is_partitioned_by_a_value_column(tmp_path, fmt):
         assert spec_fields == ["region", "kafka_timestamp_day"]
     else:
         assert tables.table("t").metadata().partition_columns == ["region", "kafka_timestamp_day"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_one_maintenance_round_rewrites_a_bounded_share_of_the_small_files(tmp_path, fmt):
+    """However many small files a table holds, one compaction round rewrites about one target
+    file's worth of them (at least compact.min.files), all of one table partition, into one:
+    here 3 of 12; later rounds take the next ones. Rows, their partition values and the
+    offsets record stay as they were, and the table takes commits after it."""
+    lake = str(tmp_path / "lake")
+    spec = "identity(kafka.partition)"
+    writer = tables_for(TableSettings(format=fmt, lake=lake, partition=spec))
+    for i in range(12):
+        p = i % 2
+        writer.commit("t", p, 10 * (i // 2), 10 * (i // 2 + 1), rows(p, range(10 * (i // 2), 10 * (i // 2 + 1))))
+    files = writer.data_files("t")
+    assert len(files) == 12
+    sizes = {
+        p: sorted(os.path.getsize(f.removeprefix("file://")) for f in files if f"kafka_partition={p}/" in f)
+        for p in (0, 1)
+    }
+    target = max(sum(s[:3]) for s in sizes.values())  # three of a partition's smallest fit, a fourth would not
+    settings = TableSettings(format=fmt, lake=lake, partition=spec, compact_min_files=2, target_file_bytes=target)
+    tables = tables_for(settings)
+    expected = [(p, o) for p in (0, 1) for o in range(60)]
+    rounds, left = [], 12
+    while replaced := tables.compact("t"):
+        rounds.append(replaced)
+        left += 1 - replaced  # the files of one partition into one
+        assert len(tables.data_files("t")) == left
+        assert offsets(tables, "t") == expected
+        assert len(rounds) < 12
+    assert rounds[0] == 3 and all(2 <= r <= 3 for r in rounds), rounds
+    assert left <= 4  # at most one small file per partition left, and a compacted one
+    read = tables.read("t").to_pylist()
+    assert all(r["value"] == f"v{r['kafka']['offset']}".encode() for r in read)
+    if fmt == "delta":  # the compacted files' partition values, in the log, select their rows
+        ones = tables.table("t").to_pyarrow_table(filters=[("kafka_partition", "=", 1)]).to_pylist()
+        assert sorted(r["kafka"]["offset"] for r in ones) == list(range(60))
+        assert all(r["kafka"]["partition"] == r["kafka_partition"] == 1 for r in ones)
+    assert (tables.mirrored_offset("t", 0), tables.mirrored_offset("t", 1)) == (60, 60)
+    assert tables.commit("t", 0, 60, 62, rows(0, [60, 61])) == 2
+    assert offsets(tables, "t") == sorted([*expected, (0, 60), (0, 61)])

@@ -159,12 +159,56 @@ class Range:
 
 def log_end_offset(path: str | Path) -> int:
     """One past the last offset of a ``.log`` segment (its base offset if empty)."""
+    end = int(Path(path).name.split(".")[0])
+    for _, after, _ in _batch_spans(path):
+        end = after
+    return end
+
+
+def hand_overs(path: str | Path, start: int, end: int, most_records: int, most_bytes: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of the segment ``path`` as the ranges ``[lo, hi)`` that one commit
+    each carries from Spark's executors to the driver: at most ``most_records`` offsets and
+    ``most_bytes`` of the log's batches (as stored: compressed, as Kafka's fetch.max.bytes
+    counts them), cut at batch boundaries; a batch larger than ``most_bytes`` goes alone. The
+    headers are read in place (the segment is mapped, never read into memory)."""
+    out, lo, size = [], start, 0
+    for first, after, length in _batch_spans(path):
+        if after <= lo:
+            continue
+        if first >= end:
+            break
+        if size and size + length > most_bytes:
+            out.append((lo, first))
+            lo, size = first, 0
+        size += length
+        while min(after, end) - lo > most_records:  # many small records: cut inside the batch
+            out.append((lo, lo + most_records))
+            lo, size = lo + most_records, length
+    out += [(o, min(o + most_records, end)) for o in range(lo, end, most_records)]
+    return out
+
+
+def _batch_spans(path: str | Path) -> Iterator[tuple[int, int, int]]:
+    """(base offset, one past its last offset, bytes) of each whole batch of a segment, up to
+    a torn or zero-filled end (where the data source stops too)."""
+    import mmap
+
+    from brokkr.core.errors import CorruptRequest
     from brokkr.core.protocol.records import iter_batches_untrusted
 
-    end = int(Path(path).name.split(".")[0])
-    for header in iter_batches_untrusted(Path(path).read_bytes()):
-        end = header.last_offset + 1
-    return end
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    with mapped:
+        walk = iter_batches_untrusted(mapped)
+        try:
+            for h in walk:
+                yield h.base_offset, h.base_offset + h.last_offset_delta + 1, h.size
+        except CorruptRequest:
+            return
+        finally:
+            walk.close()  # lets go of its view of the mapping before the mapping closes
 
 
 def scan_log_dir(log_dir: str | Path, topics: Iterable[str] = ()) -> dict[tuple[str, int], list[Path]]:
@@ -276,8 +320,9 @@ class TableMirror:
     """Writes ranges of segments into a topic's Iceberg or Delta table
     (:mod:`brokkr.plugins.sinks.spark.tables`): Spark's executors decode and shape the rows,
     this driver commits them with the offsets they cover, at most ``flush_records`` offsets
-    per commit. Where to start comes from the table; the commit log is only written after
-    (the broker's view of the progress, for its retention)."""
+    and ``flush_bytes`` of the log per commit (:func:`hand_overs`: what one commit brings
+    into the driver's memory). Where to start comes from the table; the commit log is only
+    written after (the broker's view of the progress, for its retention)."""
 
     def __init__(self, spark: Any, settings: Any, commit_dir: str | Path | None = None):
         from .tables import tables_for
@@ -317,9 +362,7 @@ class TableMirror:
                 "%s-%d: offsets %d..%d are gone from the log, not mirrored", r.topic, r.partition, committed, start
             )
         self.seen.add(r.topic)
-        step = self.settings.flush_records
-        for lo in range(start, r.end, step):
-            hi = min(lo + step, r.end)
+        for lo, hi in hand_overs(r.path, start, r.end, self.settings.flush_records, self.settings.flush_bytes):
             rows, dead = self.rows(r, lo, hi)
             if dead is not None:
                 self._dead_letters(r.topic, r.partition, lo, hi, dead)
@@ -586,6 +629,9 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--iceberg-namespace", default=d.namespace)
     parser.add_argument("--flush-records", type=int, default=d.flush_records, help="the most offsets per table commit")
+    parser.add_argument(
+        "--flush-bytes", type=int, default=d.flush_bytes, help="the most bytes of the log per table commit"
+    )
     parser.add_argument("--compact-interval-ms", type=int, default=int(d.compact_interval_s * 1000))
     parser.add_argument("--compact-min-files", type=int, default=d.compact_min_files)
     parser.add_argument("--target-file-bytes", type=int, default=d.target_file_bytes)
@@ -609,6 +655,7 @@ def table_settings(args: argparse.Namespace, lake: str) -> Any:
         catalog=catalog,
         namespace=args.iceberg_namespace,
         flush_records=args.flush_records,
+        flush_bytes=args.flush_bytes,
         compact_interval_s=args.compact_interval_ms / 1000,
         compact_min_files=args.compact_min_files,
         target_file_bytes=args.target_file_bytes,

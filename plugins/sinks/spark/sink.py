@@ -35,7 +35,7 @@ from brokkr.core.plugins import hookimpl
 from brokkr.core.sinks import SinkProgress
 
 from .mirror import CATALOG_ENV, CONF_ENV, CommitLog, default_commit_dir
-from .tables import FORMATS, KEY_VALUE, MODES, TableSettings, parse_partition_spec
+from .tables import FORMATS, KEY_VALUE, MODES, TableSettings, missing_for, parse_partition_spec
 
 if TYPE_CHECKING:
     from brokkr.core.broker import Broker
@@ -56,6 +56,13 @@ WORK_FILE = "brokkr-sink-spark-work.json"
 
 def _partition_spec(value: str) -> None:
     parse_partition_spec(value, None)  # the columns, per the table mode: TableSettings.check
+
+
+def _topic_table_mode(value: str) -> None:
+    """A topic's typed mode is refused where its packages are missing (not a mirror's traceback later)."""
+    one_of(*MODES)(value)
+    if (module := missing_for(value)) is not None:
+        raise ValueError(f"needs {module}: pip install 'brokkr[lake]'")
 
 
 def _positive(value: int) -> None:
@@ -124,7 +131,7 @@ CONFIGS = [
         ConfigType.STRING,
         None,
         "This topic's table mode (default brokkr.sink.table.mode).",
-        validator=one_of(*MODES),
+        validator=_topic_table_mode,
         topic=True,
     ),
     ConfigDef(
@@ -146,6 +153,14 @@ CONFIGS = [
         ConfigType.LONG,
         500000,
         "The most offsets one table commit covers (bounds the files written and the driver's memory).",
+        validator=_positive,
+    ),
+    ConfigDef(
+        "brokkr.sink.table.flush.bytes",
+        ConfigType.LONG,
+        50 * 1024 * 1024,
+        "The most bytes of the log (batches as stored, as fetch.max.bytes counts them) one table commit "
+        "covers: what one commit brings into the mirror driver's memory. A larger batch goes alone.",
         validator=_positive,
     ),
     ConfigDef(
@@ -405,6 +420,7 @@ def table_settings(config) -> TableSettings | None:
         catalog=catalog_properties(config),
         namespace=config["brokkr.sink.iceberg.namespace"],
         flush_records=config["brokkr.sink.table.flush.records"],
+        flush_bytes=config["brokkr.sink.table.flush.bytes"],
         compact_interval_s=config["brokkr.sink.table.compact.interval.ms"] / 1000,
         compact_min_files=config["brokkr.sink.table.compact.min.files"],
         target_file_bytes=config["brokkr.sink.table.target.file.bytes"],
@@ -423,6 +439,7 @@ def table_options(config) -> list[str]:
         f"--table-mode={settings.mode}",
         f"--iceberg-namespace={settings.namespace}",
         f"--flush-records={settings.flush_records}",
+        f"--flush-bytes={settings.flush_bytes}",
         f"--compact-interval-ms={config['brokkr.sink.table.compact.interval.ms']}",
         f"--compact-min-files={settings.compact_min_files}",
         f"--target-file-bytes={settings.target_file_bytes}",

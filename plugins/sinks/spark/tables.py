@@ -61,6 +61,8 @@ TYPED_MODES = ("value_schema_id_prefix", "value_schema_latest")
 MODES = (KEY_VALUE, *TYPED_MODES)
 #: What each format needs installed (module, pip extra).
 NEEDS = {"iceberg": ("pyiceberg", "sqlalchemy"), "delta": ("deltalake",)}
+#: What the typed modes need installed: the schema registry's formats (the lake extra has them).
+TYPED_NEEDS = ("fastavro", "jsonschema", "google.protobuf")
 #: Iceberg snapshot summary keys of the offsets recorded in the table.
 MIRRORED_KEY = "brokkr.mirrored-offset."
 RANGE_KEY = "brokkr.range."
@@ -165,6 +167,7 @@ class TableSettings:
     catalog: Mapping[str, str] = attrs.field(factory=dict)
     namespace: str = "brokkr"
     flush_records: int = 500_000
+    flush_bytes: int = 50 * 1024 * 1024
     compact_interval_s: float = 3600.0
     compact_min_files: int = 8
     target_file_bytes: int = 128 * 1024 * 1024
@@ -173,22 +176,22 @@ class TableSettings:
 
     def check(self) -> None:
         """ValueError saying what is wrong (a missing package included)."""
-        import importlib.util
-
         if self.format not in TABLE_FORMATS:
             raise ValueError(f"brokkr.sink.format {self.format!r} is not one of {', '.join(FORMATS)}")
         for module in NEEDS[self.format]:
-            if importlib.util.find_spec(module) is None:
+            if not installed(module):
                 raise ValueError(f"brokkr.sink.format={self.format} needs {module}: pip install 'brokkr[lake]'")
         if self.mode not in MODES:
             raise ValueError(f"brokkr.sink.table.mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if (module := missing_for(self.mode)) is not None:
+            raise ValueError(f"brokkr.sink.table.mode={self.mode} needs {module}: pip install 'brokkr[lake]'")
         fields = parse_partition_spec(self.partition, self.columns())
         if self.format == "delta" and any(f.transform in ("bucket", "truncate") for f in fields):
             raise ValueError(
                 "brokkr.sink.table.partition: bucket and truncate are Iceberg's; Delta takes identity, "
                 "year, month, day and hour"
             )
-        if fields and self.format == "iceberg" and importlib.util.find_spec("pyiceberg_core") is None:
+        if fields and self.format == "iceberg" and not installed("pyiceberg_core"):
             raise ValueError("brokkr.sink.table.partition needs pyiceberg-core: pip install 'brokkr[lake]'")
         if self.format == "iceberg" and "uri" not in self.catalog and _local(self.lake) is None:
             raise ValueError(
@@ -196,6 +199,7 @@ class TableSettings:
             )
         for name, value, least in (
             ("brokkr.sink.table.flush.records", self.flush_records, 1),
+            ("brokkr.sink.table.flush.bytes", self.flush_bytes, 1),
             ("brokkr.sink.table.compact.min.files", self.compact_min_files, 1),
             ("brokkr.sink.table.target.file.bytes", self.target_file_bytes, 1),
             ("brokkr.sink.table.compact.interval.ms", self.compact_interval_s * 1000, 0),
@@ -233,6 +237,21 @@ class TableSettings:
         elif "warehouse" not in props:
             props["warehouse"] = self.lake
         return props
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported (a dotted name's parent package is imported to tell)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+def missing_for(mode: str) -> str | None:
+    """The first package the table mode ``mode`` needs that is not installed (None: none)."""
+    return next((m for m in TYPED_NEEDS if not installed(m)), None) if mode in TYPED_MODES else None
 
 
 def _local(uri: str) -> Path | None:
@@ -600,27 +619,22 @@ class IcebergTables(Tables):
         return [task.file.file_path for task in table.scan().plan_files()]
 
     def compact(self, topic: str) -> int:
-        """Rewrite the files under the target size into new ones, in one overwrite snapshot
-        that carries the recorded offsets forward (pyiceberg has no rewrite action)."""
+        """Rewrite one round's small files (:func:`one_round`) into new ones, in one overwrite
+        snapshot that carries the recorded offsets forward (pyiceberg has no rewrite action)."""
         from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 
         table = self.table(topic)
         if table is None or table.current_snapshot() is None:
             return 0
         scan = table.scan()
-        small = [t.file for t in scan.plan_files() if t.file.file_size_in_bytes < self.settings.target_file_bytes]
-        if len(small) < self.settings.compact_min_files:
+        small = one_round(
+            self.settings,
+            [t.file for t in scan.plan_files()],
+            lambda f: f.file_size_in_bytes,
+            lambda f: str(f.partition),
+        )
+        if not small:
             return 0
-        chosen, size = [], 0  # a bounded amount of work per round: about one target file's worth
-        for f in sorted(small, key=lambda f: f.file_size_in_bytes):
-            if (
-                len(chosen) >= self.settings.compact_min_files
-                and size + f.file_size_in_bytes > self.settings.target_file_bytes
-            ):
-                break
-            chosen.append(f)
-            size += f.file_size_in_bytes
-        small = chosen
         wanted = {f.file_path for f in small}
         tasks = [t for t in scan.plan_files() if t.file.file_path in wanted]
         rows = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter).to_table(tasks)
@@ -731,15 +745,53 @@ class DeltaTables(Tables):
         return table.file_uris() if table is not None else []
 
     def compact(self, topic: str) -> int:
+        """Rewrite one round's small files (:func:`one_round`, all of one table partition)
+        into one new file, in one commit that removes them (``dataChange`` false: the rows are the
+        same). deltalake's ``optimize.compact`` would rewrite every small file of the table
+        at once, however many. A table with deletion vectors or a column mapping (brokkr
+        makes neither) is not compacted: its files are not plain Parquet of its columns."""
+        import json
+        import time
+        import uuid
+
+        import pyarrow.parquet as pq
+        from deltalake.transaction import AddAction, RemoveAction
+
         table = self.table(topic)
         if table is None:
             return 0
-        small = [a for a in _add_actions(table) if a["size_bytes"] < self.settings.target_file_bytes]
-        if len(small) < self.settings.compact_min_files:
+        features = table.protocol().writer_features or []
+        if (
+            "deletionVectors" in features
+            or table.metadata().configuration.get("delta.columnMapping.mode", "none") != "none"
+        ):
+            log.warning("the Delta table %s has deletion vectors or a column mapping: not compacted", self.uri(topic))
             return 0
-        metrics = table.optimize.compact(target_size=self.settings.target_file_bytes)
-        log.info("compacted %s files of the Delta table %s", metrics.get("numFilesRemoved"), self.uri(topic))
-        return int(metrics.get("numFilesRemoved", 0))
+        small = one_round(
+            self.settings,
+            _add_actions(table),
+            lambda a: a["size_bytes"],
+            lambda a: json.dumps(a["partition"], default=str),
+        )
+        if not small:
+            return 0
+        fs, root = _filesystem(self.uri(topic))
+        columns = pa.schema(table.schema().to_arrow())
+        partition_by = table.metadata().partition_columns
+        in_files = pa.schema([f for f in columns if f.name not in partition_by])  # partition values: in the log
+        parts = [pq.read_table(f"{root}/{_unquote(a['path'])}", filesystem=fs) for a in small]
+        rows = _conform(pa.concat_tables(parts, promote_options="permissive"), in_files)
+        directory = small[0]["path"].rpartition("/")[0]  # the partition's own directory (as the log spells it)
+        path = f"{directory}/" * bool(directory) + f"part-compacted-{uuid.uuid4()}.zstd.parquet"
+        pq.write_table(rows, f"{root}/{_unquote(path)}", filesystem=fs, compression="zstd")
+        size = fs.get_file_info(f"{root}/{_unquote(path)}").size
+        values = {k: _partition_value(v) for k, v in (small[0]["partition"] or {}).items()}
+        now = int(time.time() * 1000)
+        added = AddAction(path, size, values, now, False, json.dumps({"numRecords": len(rows)}))
+        removed = [RemoveAction(a["path"], False, now, a["size_bytes"], values) for a in small]
+        table.create_write_transaction([added, *removed], "append", columns, partition_by or None)
+        log.info("compacted %d files of the Delta table %s", len(small), self.uri(topic))
+        return len(small)
 
     def expire(self, topic: str) -> None:
         table = self.table(topic)
@@ -791,9 +843,64 @@ def _tombstones(rows: pa.Table, keys: list[bytes]) -> pa.Table:
 
 
 def _add_actions(table: Any) -> list[dict]:
-    actions = table.get_add_actions(flatten=True)
+    """A Delta table's files: ``path`` (as its log spells it), ``size_bytes``, ``partition`` (typed values)."""
+    actions = table.get_add_actions(flatten=False)
     actions = pa.table(actions) if not isinstance(actions, pa.Table) else actions
-    return actions.select(["path", "size_bytes"]).to_pylist()
+    names = ["path", "size_bytes", *(["partition"] if "partition" in actions.column_names else [])]
+    return [{"partition": None, **a} for a in actions.select(names).to_pylist()]
+
+
+def one_round(settings: TableSettings, files: list, size: Any, partition: Any) -> list:
+    """The files one maintenance round of a table rewrites, all of one table partition (files
+    of two would make as many files again): the partition with the most files under
+    ``target.file.bytes``, if it has ``compact.min.files`` of them (2 at least); its smallest,
+    up to one target file's worth (at least ``compact.min.files``). So a round's work is
+    bounded however much the table holds; the next round takes the next ones."""
+    least = max(settings.compact_min_files, 2)
+    groups: dict[str, list] = {}
+    for f in files:
+        if size(f) < settings.target_file_bytes:
+            groups.setdefault(partition(f), []).append(f)
+    small = sorted(max(groups.values(), key=len, default=[]), key=size)
+    if len(small) < least:
+        return []
+    chosen, total = [], 0
+    for f in small:
+        if len(chosen) >= least and total + size(f) > settings.target_file_bytes:
+            break
+        chosen.append(f)
+        total += size(f)
+    return chosen
+
+
+def _filesystem(uri: str) -> tuple[Any, str]:
+    """(a pyarrow filesystem, the path on it) of a table's location."""
+    import pyarrow.fs
+
+    local = _local(uri)
+    return pyarrow.fs.FileSystem.from_uri(str(local.absolute()) if local is not None else uri)
+
+
+def _unquote(path: str) -> str:
+    """A Delta log's file path (a relative URI: ``%`` escapes) as the file's name on its filesystem."""
+    from urllib.parse import unquote
+
+    return unquote(path)
+
+
+def _partition_value(value: Any) -> str | None:
+    """A typed partition value as a Delta log spells it (the protocol's partition value serialization)."""
+    from deltalake._util import encode_partition_value
+
+    return None if value is None else encode_partition_value(value)
+
+
+def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` (files of several schema versions) in the table's columns: a column a file lacks is null."""
+    columns = [
+        rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(len(rows), f.type) for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def maintain(tables: Tables, topics: Iterable[str]) -> dict[str, int]:
