@@ -67,13 +67,20 @@ class ShareManager:
     def share_partition(self, group_id: str, partition) -> SharePartition:
         """The share partition of ``group_id`` on ``partition`` (which this broker leads),
         made anew when the partition's leader epoch moved since."""
-        key = (group_id, partition.topic.topic_id, partition.index)
-        sp = self.partitions.get(key)
+        sp = self.existing(group_id, partition)
+        if sp is None:
+            sp = self.partitions[(group_id, partition.topic.topic_id, partition.index)] = SharePartition(
+                self, group_id, partition
+            )
+        return sp
+
+    def existing(self, group_id: str, partition) -> SharePartition | None:
+        """The share partition of ``group_id`` on ``partition`` if a fetch made it and the
+        partition's leader epoch has not moved since (acknowledgements never make one)."""
+        sp = self.partitions.get((group_id, partition.topic.topic_id, partition.index))
         if sp is not None and (sp.leader_epoch != partition.leader_epoch or sp.partition is not partition):
             self.drop(sp)
             sp = None
-        if sp is None:
-            sp = self.partitions[key] = SharePartition(self, group_id, partition)
         return sp
 
     def drop(self, sp: SharePartition) -> None:
@@ -184,7 +191,7 @@ class ShareManager:
         acquired records become available to the others."""
         for sp in list(self.partitions.values()):
             if sp.group_id == group_id and sp.release_member(member_id):
-                self.spawn(sp.persist(), f"write share state {sp.key}")
+                sp.persist_soon()
 
     # -- lifecycle --------------------------------------------------------------------------
 

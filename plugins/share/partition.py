@@ -10,18 +10,25 @@ new ones from ``end``, while ``end - start`` stays under ``share.partition.max.r
 (so memory is bounded by it, plus one batch). Acquired records are locked to their member
 for ``share.record.lock.duration.ms``: one timer per acquisition, which on expiry makes its
 records that are still acquired AVAILABLE again, or ARCHIVED once delivered
-``share.delivery.count.limit`` times, as a release does. ``start`` moves over the
-acknowledged and archived prefix.
+``share.delivery.count.limit`` times, as a release does. From half that limit on, a batch's
+records are delivered again in ever smaller runs, a record's last delivery alone (Kafka
+4.2's throttled delivery): one record its consumers keep failing on is archived without
+the rest of its batch. ``start`` moves over the acknowledged and archived prefix; when the
+log's start passes it (retention, DeleteRecords) the records below are dropped, and
+acknowledgements of offsets below ``start`` are skipped, as Kafka's.
 
 State is loaded from the share coordinator when the share partition is first used (a state
-without a start offset starts where ``share.auto.offset.reset`` says) and written back, the
+without a start offset starts where ``share.auto.offset.reset`` says; offsets between its
+start and its last batch that no batch covers, as a Kafka broker's writes of what changed
+leave them, are delivered as new: Kafka's read gap window) and written back, the
 whole in-flight window as state batches (acquired records as AVAILABLE with their count),
 before an acknowledgement is answered and after locks expire. Writes leave one at a time,
-in the order they were made. An acknowledgement whose write fails (the share coordinator
-unreachable or moving, a timeout) is rolled back: its records are acquired by their member
-again, under their lock, and the member is answered the error. A write answered
-FENCED_STATE_EPOCH (the group's offsets were reset) or FENCED_LEADER_EPOCH drops the share
-partition; its next use loads it again.
+in the order they were made; a background write (locks running out, a member leaving) not
+yet started covers every later change, so they queue one write at most. An acknowledgement
+whose write fails (the share coordinator unreachable or moving, a timeout) is rolled back:
+its records are acquired by their member again, under their lock, and the member is
+answered the error. A write answered FENCED_STATE_EPOCH (the group's offsets were reset) or
+FENCED_LEADER_EPOCH drops the share partition; its next use loads it again.
 """
 
 from __future__ import annotations
@@ -104,9 +111,20 @@ class Undo:
 class _Taken:
     """What one acquisition has taken so far, and its bounds."""
 
-    __slots__ = ("member", "max_records", "mode", "limit", "max_locks", "kept", "offsets", "counts", "full")
+    __slots__ = (
+        "member",
+        "max_records",
+        "mode",
+        "limit",
+        "max_locks",
+        "deliveries",
+        "kept",
+        "offsets",
+        "counts",
+        "full",
+    )
 
-    def __init__(self, member: str, max_records: int, mode: int, limit: int, max_locks: int):
+    def __init__(self, member: str, max_records: int, mode: int, limit: int, max_locks: int, deliveries: int):
         self.member, self.max_records, self.mode, self.limit, self.max_locks = (
             member,
             max_records,
@@ -114,6 +132,7 @@ class _Taken:
             limit,
             max_locks,
         )
+        self.deliveries = deliveries  # share.delivery.count.limit
         self.kept: list[memoryview] = []  # the batches holding acquired records
         self.offsets: list[int] = []
         self.counts: list[int] = []
@@ -138,6 +157,7 @@ class SharePartition:
         self.dropped = False
         self._loading: asyncio.Task | None = None
         self._writes = asyncio.Lock()
+        self._write_due = False  # a background write waits for its turn (persist_soon)
 
     # -- settings --------------------------------------------------------------------------
 
@@ -200,6 +220,10 @@ class SharePartition:
                         ARCHIVED if b.delivery_state == ARCHIVED else ACKNOWLEDGED, b.delivery_count
                     )
                 self.end = max(self.end, offset + 1)
+        for offset in range(self.start, self.end):  # Kafka's read gap window: never delivered
+            if offset not in self.records:
+                self.records[offset] = Record(AVAILABLE, 0)
+                self.available += 1
         self._advance_start()
         if reset:  # where share.auto.offset.reset put it, kept: a restart must not move it
             error = await self.persist()
@@ -264,7 +288,7 @@ class SharePartition:
             if self.end >= limit or self.end - self.start >= max_locks:
                 return b"", [], 0
             first = self.end
-        took = _Taken(member, max_records, mode, limit, max_locks)
+        took = _Taken(member, max_records, mode, limit, max_locks, self.setting("share.delivery.count.limit"))
         position, budget, chunk = first, max(max_bytes, 1), READ_CHUNK_BYTES
         while budget > 0 and not took.full and len(took.offsets) < max_records:
             try:
@@ -303,32 +327,61 @@ class SharePartition:
             if header.last_offset < first:
                 continue
             skip = header.is_control or (aborted is not None and self._is_aborted(header, aborted))
-            acquired = False
+            throttled = header.base_offset < self.end and self._throttled(header, first, took.deliveries)
+            if throttled and took.offsets:
+                took.full = True  # its records go apart, in a later fetch
+                return
+            acquired, cap = 0, None
             for offset in range(max(header.base_offset, first), header.last_offset + 1):
                 if offset < self.end:
                     rec = records.get(offset)
                     if rec is None or rec.state != AVAILABLE:
                         continue
+                    if skip:  # a gap of the loaded state holding a marker, an aborted record
+                        rec.state = ARCHIVED
+                        self.available -= 1
+                        continue
+                    if throttled:
+                        if took.deliveries > 2 and rec.count == took.deliveries - 1 and acquired:
+                            took.full = True  # its last delivery: alone, next time
+                            break
+                        if cap is None and rec.count >= _throttle_from(took.deliveries):
+                            cap = _throttled_records(header, rec.count, took.deliveries)
                     self.available -= 1
-                elif skip:
-                    self.end = offset + 1
-                    continue
-                else:
+                else:  # the in-flight cap counts markers and aborted records too, as Kafka's
                     if offset >= took.limit or self.end - self.start >= took.max_locks:
                         took.full = True
                         break
-                    rec = records[offset] = Record(AVAILABLE, 0)
                     self.end = offset + 1
+                    if skip:
+                        continue
+                    rec = records[offset] = Record(AVAILABLE, 0)
                 rec.state = ACQUIRED
                 rec.count += 1
                 took.offsets.append(offset)
                 took.counts.append(rec.count)
-                acquired = True
+                acquired += 1
                 if took.mode == RECORD_LIMIT and len(took.offsets) >= took.max_records:
+                    took.full = True
+                    break
+                if throttled and ((took.deliveries > 2 and rec.count == took.deliveries) or (cap and acquired >= cap)):
                     took.full = True
                     break
             if acquired:
                 took.kept.append(view[header.position : header.end])
+                took.full = took.full or throttled
+
+    def _throttled(self, header, first: int, deliveries: int) -> bool:
+        """Whether a batch being delivered again holds an available record delivered at least
+        half the delivery count limit times (Kafka's shouldThrottleRecordsDelivery): then its
+        records go in ever smaller runs, a record's last delivery alone, so that one record a
+        consumer cannot process does not use up the deliveries of its whole batch."""
+        records, at_least = self.records, _throttle_from(deliveries)
+        for offset in range(max(header.base_offset, first, self.start), min(header.last_offset + 1, self.end)):
+            rec = records.get(offset)
+            if rec is not None and rec.state == AVAILABLE and rec.count >= at_least:
+                return True
+        return False
 
     def _aborted(self, first: int, data: bytes) -> dict[int, list[tuple[int, int]]]:
         """The aborted transactions over the records read, by producer id: (first offset, marker offset)."""
@@ -362,17 +415,26 @@ class SharePartition:
     # -- acknowledging ----------------------------------------------------------------------
 
     def check_acks(self, member: str, batches) -> ErrorCode:
-        """INVALID_RECORD_STATE unless every offset acknowledged (gaps too) is acquired by
-        ``member``, and acknowledged once (batches may share their edge offset)."""
+        """Kafka's SharePartition.acknowledge checks: offsets below ``start`` are done (acknowledged,
+        archived, or gone from the log) and skipped; an offset past the in-flight records is
+        INVALID_REQUEST; any other not acquired by ``member``, or acknowledged twice (batches
+        sharing their edge offset), INVALID_RECORD_STATE."""
         previous = -1
         for b in batches:
-            if b.last_offset - b.first_offset + 1 > len(self.records) or b.first_offset <= previous:
+            if b.first_offset <= previous:
                 return ErrorCode.INVALID_RECORD_STATE
-            for offset in range(b.first_offset, b.last_offset + 1):
+            previous = b.last_offset
+            if b.last_offset < self.start:
+                continue
+            if self.start < self.end <= b.last_offset:
+                return ErrorCode.INVALID_REQUEST  # "The last offset in request is past acquired records."
+            first = max(b.first_offset, self.start)
+            if b.last_offset - first + 1 > len(self.records):
+                return ErrorCode.INVALID_RECORD_STATE
+            for offset in range(first, b.last_offset + 1):
                 rec = self.records.get(offset)
                 if rec is None or rec.state != ACQUIRED or rec.lock is None or rec.lock.member != member:
                     return ErrorCode.INVALID_RECORD_STATE
-            previous = b.last_offset
         return ErrorCode.NONE
 
     def acknowledge(self, member: str, batches) -> tuple[ErrorCode, Undo | None]:
@@ -391,8 +453,8 @@ class SharePartition:
         undo = Undo()
         for b in batches:
             types = b.acknowledge_types
-            for i, offset in enumerate(range(b.first_offset, b.last_offset + 1)):
-                kind = types[i] if len(types) > 1 else types[0]
+            for offset in range(max(b.first_offset, self.start), b.last_offset + 1):
+                kind = types[offset - b.first_offset] if len(types) > 1 else types[0]
                 rec = self.records[offset]
                 if kind == RENEW:
                     renewed.append(offset)
@@ -489,7 +551,7 @@ class SharePartition:
         if expired:
             self._advance_start()
             self._wake()
-            self.manager.spawn(self.persist(), f"write share state {self.key}")
+            self.persist_soon()
 
     def _advance_start(self) -> None:
         records = self.records
@@ -533,12 +595,21 @@ class SharePartition:
             else:
                 yield offset, AVAILABLE if rec.state == ACQUIRED else rec.state, rec.count
 
+    def persist_soon(self) -> None:
+        """Write the state in the background (locks ran out, a member left). A write not yet
+        started writes the state as it is when its turn comes, so it covers later changes as
+        well: a burst of locks running out makes one write, not one each."""
+        if not self._write_due:
+            self._write_due = True
+            self.manager.spawn(self.persist(), f"write share state {self.key}")
+
     async def persist(self) -> ErrorCode:
         """Write the state as it is when its turn comes; writes leave in the order they were made."""
         group, topic_id, index = self.key
         async with self._writes:
             if self.dropped:
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            self._write_due = False  # what changed until now is in this write
             state = (self.state_epoch, self.leader_epoch, self.start, self.state_batches())
             error = await self.broker.share_state.write_state(
                 group, topic_id, index, *state, delivery_complete_count=self.delivery_complete_count()
@@ -555,6 +626,18 @@ class SharePartition:
             if rec.lock is not None and rec.lock.timer is not None:
                 rec.lock.timer.cancel()
         self._wake()
+
+
+def _throttle_from(deliveries: int) -> int:
+    """The delivery count from which records are delivered in smaller runs (Kafka's
+    throttleRecordsDeliveryLimit): half the limit, rounded up, at least 2."""
+    return max(2, -(-deliveries // 2))
+
+
+def _throttled_records(header, count: int, deliveries: int) -> int:
+    """How many records of a throttled batch one fetch takes: its size halved once for each
+    delivery from the throttle on (Kafka's acquireSubsetBatchRecords), at least one."""
+    return max(1, (header.last_offset - header.base_offset + 1) >> (count - _throttle_from(deliveries) + 1))
 
 
 def _ranges(offsets: list[int], counts: list[int]) -> list[tuple[int, int, int]]:

@@ -58,29 +58,32 @@ def check_ack_batches(batches, version: int, is_renew_ack: bool) -> ErrorCode:
     return ErrorCode.NONE
 
 
-def share_partition_of(broker, manager, group_id: str, topic, index: int):
-    """(share partition, error) for one partition of a share fetch or acknowledge."""
+def share_partition_of(broker, manager, group_id: str, topic, index: int, create: bool = True):
+    """(share partition, error) for one partition of a share fetch or acknowledge; without
+    ``create`` (acknowledgements, as Kafka's SharePartitionManager.acknowledge) one no fetch
+    made is UNKNOWN_TOPIC_OR_PARTITION."""
     partition, error = partition_of(topic, index)
     if error:
         return None, error
     if partition.deleted:
         manager.drop_partition(partition)
         return None, ErrorCode.UNKNOWN_TOPIC_ID
-    return manager.share_partition(group_id, partition), ErrorCode.NONE
+    sp = manager.share_partition(group_id, partition) if create else manager.existing(group_id, partition)
+    return sp, ErrorCode.NONE if sp is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 async def acknowledge(broker, manager, group_id: str, member_id: str, topic, index: int, batches) -> ErrorCode:
     """Apply one partition's acknowledgements and write its state before answering; when
     the write fails they are undone (nothing is answered acknowledged that is not durable)."""
-    sp, error = share_partition_of(broker, manager, group_id, topic, index)
+    sp, error = share_partition_of(broker, manager, group_id, topic, index, create=False)
     if error:
         return error
     error = await sp.ready()
     if error:
         return error
     error, undo = sp.acknowledge(member_id, batches)
-    if error:
-        return error
+    if error or not undo.changed:
+        return error  # renewed locks and offsets already done: nothing to write (Kafka's too)
     error = await sp.persist()
     if error:
         sp.rollback(undo)

@@ -4,20 +4,25 @@ A share consumer's fetch in its share session (see :mod:`brokkr.plugins.share.ma
 the acknowledgements it carries are applied first (and written to the share coordinator),
 then records are acquired for the member from the session's partitions, at most
 ``MaxRecords`` in all (``ShareAcquireMode`` 0, batch_optimized: whole batches, which may
-pass it; 1, record_limit: exactly), within ``MaxBytes``. The response carries the batches
-holding them and the acquired ranges with their delivery counts; the consumer delivers only
-those. With nothing to acquire the fetch waits up to ``MaxWaitMs`` in the broker's purgatory,
-woken by appends (the high watermark, or the last stable offset, moving) and by records
-becoming available again (released, timed out). Epoch -1 closes the session after its
-acknowledgements; a renew request (v2 ``IsRenewAck``) only acknowledges.
+pass it; 1, record_limit: exactly; 0 or less: none, answered at once, as Kafka), within
+``MaxBytes``, starting at the partition the session epoch rotates to (Kafka's round-robin
+PartitionRotateStrategy: one busy partition does not take every fetch). The response
+carries the batches holding them and the acquired ranges with their delivery counts; the
+consumer delivers only those. With nothing to acquire the fetch waits up to ``MaxWaitMs``
+in the broker's purgatory, woken by appends (the high watermark, or the last stable offset,
+moving) and by records becoming available again (released, timed out). Epoch -1 closes the
+session after its acknowledgements; a renew request (v2 ``IsRenewAck``) only acknowledges.
 
 Errors as Kafka: a null group id or a bad member id INVALID_REQUEST, no READ on the group
 GROUP_AUTHORIZATION_FAILED (whole request); session errors (SHARE_SESSION_NOT_FOUND,
 INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED after waiting MaxWaitMs) for the
 whole request; per partition UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED,
 NOT_LEADER_OR_FOLLOWER (with the current leader), INVALID_REQUEST for malformed
-acknowledgements and INVALID_RECORD_STATE for acknowledgements of records the member does
-not hold.
+acknowledgements or offsets past the in-flight records, INVALID_RECORD_STATE for
+acknowledgements of records the member does not hold, UNKNOWN_TOPIC_OR_PARTITION for
+acknowledgements of a partition no fetch made a share partition of (Kafka's
+SharePartitionManager.acknowledge); offsets below the share partition's start are done and
+skipped.
 """
 
 from __future__ import annotations
@@ -138,8 +143,9 @@ async def _fetch(broker, manager, request, group_id, member_id, wanted, topics, 
             answers.setdefault(tp, _Answer()).error = error
         else:
             ready.append((tp, sp))
-    if not ready:
-        return
+    if not ready or request.max_records <= 0 or request.max_bytes <= 0:
+        return  # Kafka's processShareFetch: nothing asked for, nothing acquired, no wait
+    ready = _rotated(ready, request.share_session_epoch)
     if not _acquire(broker, request, member_id, ready, answers) and request.max_wait_ms > 0:
         sps = [sp for _, sp in ready]
         keys = [sp.partition for sp in sps] + [sp.wake_key for sp in sps]
@@ -149,9 +155,16 @@ async def _fetch(broker, manager, request, group_id, member_id, wanted, topics, 
         _acquire(broker, request, member_id, ready, answers)
 
 
+def _rotated(ready: list, epoch: int) -> list:
+    """The session's partitions rotated left by its epoch (Kafka's PartitionRotateStrategy,
+    round robin): each fetch starts at another one, so MaxRecords is not always spent on the first."""
+    at = epoch % len(ready) if epoch > 0 else 0
+    return ready[at:] + ready[:at]
+
+
 def _acquire(broker, request, member_id, ready, answers) -> int:
     """Acquire records from the ready share partitions, within MaxRecords and MaxBytes; how many."""
-    budget_records = request.max_records if request.max_records > 0 else 500
+    budget_records = request.max_records
     budget_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
     total = 0
     for tp, sp in ready:
