@@ -2,20 +2,20 @@
 ``ReplicaManager.appendRecords`` and ``Partition.appendRecordsToLeader``/
 ``appendRecordsToFollowerOrFutureReplica``), with one rule per question an append raises.
 
-=============  ====================================  ==================  =======================
-origin         what it appends                       min.insync.replicas  answered once
-=============  ====================================  ==================  =======================
-CLIENT         a producer's batch, validated by       with acks=-1        acks=-1: the ISR has it
-               ``brokkr_validate_records``                                 (Produce)
-COORDINATOR    a coordinator's own batch (groups,     never (Kafka's      the ISR has it
-               transactions, share state)             writer appends
-                                                      with acks=1)
-MARKER         a transaction's COMMIT/ABORT marker    always (acks=-1)    the ISR has it
-REPLICATION    the leader's batches, as they are      never               (a follower answers no one)
-=============  ====================================  ==================  =======================
+===========  ====================================  ====================  ========================
+origin       what it appends                       min.insync.replicas   answered once
+===========  ====================================  ====================  ========================
+CLIENT       a producer's batch, validated by      with acks=-1          acks=-1: the ISR has it
+             ``brokkr_validate_records``                                 (Produce)
+COORDINATOR  a coordinator's own batch (groups,    never (Kafka's        the ISR has it
+             transactions, share state)            writer appends
+                                                   with acks=1)
+MARKER       a transaction's COMMIT/ABORT marker   always (acks=-1)      the ISR has it
+REPLICATION  the leader's batches, as they are     never                 (a follower answers no one)
+===========  ====================================  ====================  ========================
 
 - :func:`append` writes as leader (CLIENT, COORDINATOR, MARKER): the min.insync.replicas
-  rule, the producer-state checks, offsets, the append, then ``Broker.appended`` (the
+  rule, the producer-state checks, offsets, the append, then :func:`appended` (the
   ``brokkr_after_log_append`` observers and the high watermark). Raises RecordsError with
   the error a producer gets, or OSError (the disk); :func:`error_of` maps either to Kafka's
   answer, the one error mapping of every origin.
