@@ -207,6 +207,18 @@ def brokkr_txn_marker_written(partition, marker, offset, broker):
 
 
 @hookimpl
+def brokkr_topic_deleted(topic, broker):
+    """The groups coordinated here lose their committed offsets of the deleted topic's
+    partitions (Kafka's GroupCoordinatorService.onPartitionsDeleted), written as tombstones."""
+    coordinator = coordinator_of(broker)
+    if coordinator is not None and topic.name != OFFSETS_TOPIC:
+        coordinator.spawn(
+            coordinator.offsets.topic_deleted(topic.name, len(topic.partitions)),
+            f"offsets of deleted topic {topic.name}",
+        )
+
+
+@hookimpl
 def brokkr_broker_stopping(broker):
     coordinator = coordinator_of(broker)
     if coordinator is not None:

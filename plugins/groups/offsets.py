@@ -7,6 +7,8 @@ it). Expiry follows ``offsets.retention.minutes`` (KIP-211): the offsets of an E
 expire that long after it became Empty; a Stable consumer group's offsets of topics no
 member subscribes to, that long after their commit; an explicit retention time of
 OffsetCommit v2-4 sets the expiry itself. An Empty group left with no offsets is removed.
+A deleted topic's offsets, committed and pending, are deleted by :meth:`Offsets.topic_deleted`
+(the ``brokkr_topic_deleted`` observer), as tombstones.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ if TYPE_CHECKING:
     from .coordinator import GroupCoordinator
 
 log = logging.getLogger("brokkr.groups")
+
+#: The most tombstones one write of :meth:`Offsets.topic_deleted` carries, and the most
+#: bytes of their keys (a group id may be 32 KiB long): well within max.message.bytes.
+TOMBSTONES_PER_BATCH = 500
+TOMBSTONE_BATCH_BYTES = 256 * 1024
 
 
 @attrs.frozen
@@ -90,6 +97,8 @@ class Offsets:
                 offsets.pop((key.topic, key.partition), None)
                 if not offsets:
                     del self.by_group[key.group]
+            if self.pending:  # a tombstone deletes the partition's pending offsets too, as Kafka's replay does
+                self._drop_pending(key.group, key.topic, key.partition)
             return
         v = record.value
         expire = v.expire_timestamp if record.value_version == 1 and v.expire_timestamp >= 0 else None
@@ -196,6 +205,12 @@ class Offsets:
         if not by_group:
             del self.pending[producer_id]
 
+    def _drop_pending(self, group_id: str, topic: str, partition: int) -> None:
+        for by_group in self.pending.values():
+            records = by_group.get(group_id)
+            if records:
+                records[:] = [r for r in records if r.key.topic != topic or r.key.partition != partition]
+
     def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
         """The group's partitions with a transactional commit not yet committed or aborted."""
         return {
@@ -214,6 +229,42 @@ class Offsets:
         committed = self.get(group_id)
         chosen = committed if partitions is None else [tp for tp in partitions if tp in committed]
         return [(offset_key(group_id, t, p), None) for t, p in chosen]
+
+    # -- deleted topics ---------------------------------------------------------------
+
+    async def topic_deleted(self, topic: str, partitions: int) -> int:
+        """Kafka's OffsetMetadataManager.onPartitionsDeleted: the offsets of the deleted
+        topic's ``partitions`` committed by the groups loaded here, and their pending
+        transactional offsets, are deleted: a tombstone each, at most
+        :data:`TOMBSTONES_PER_BATCH` per write to a ``__consumer_offsets`` partition. A
+        partition whose write fails keeps them (logged, as Kafka does). Returns the number
+        of tombstones written."""
+        doomed: set[tuple[str, int]] = set()  # (group, partition)
+        for group_id, committed in self.by_group.items():
+            doomed.update((group_id, p) for t, p in committed if t == topic)
+        for by_group in self.pending.values():
+            for group_id, records in by_group.items():
+                doomed.update((group_id, r.key.partition) for r in records if r.key.topic == topic)
+        by_index: dict[int, list[tuple[str, int]]] = {}
+        for group_id, p in sorted(key for key in doomed if key[1] < partitions):
+            by_index.setdefault(self.coordinator.partition_for(group_id), []).append((group_id, p))
+        written = 0
+        for index, keys in by_index.items():
+            for batch in _batches([(offset_key(group_id, topic, p), None) for group_id, p in keys]):
+                error = await self.coordinator.write(keys[0][0], batch)
+                if error:
+                    log.warning(
+                        "deleting the offsets of deleted topic %s in %s-%d failed: %s",
+                        topic,
+                        self.coordinator.topic,
+                        index,
+                        error.name,
+                    )
+                    break
+                written += len(batch)
+        if written:
+            log.info("deleted %d committed offsets of deleted topic %s", written, topic)
+        return written
 
     # -- expiry -----------------------------------------------------------------------
 
@@ -269,6 +320,21 @@ class Offsets:
         while True:
             await asyncio.sleep(self.check_interval_ms / 1000)
             await self.expire()
+
+
+def _batches(tombstones: list[tuple[bytes, None]]):
+    """``tombstones`` in order, in lists of at most :data:`TOMBSTONES_PER_BATCH` and (but
+    for a single larger one) :data:`TOMBSTONE_BATCH_BYTES` of keys."""
+    batch: list[tuple[bytes, None]] = []
+    size = 0
+    for tombstone in tombstones:
+        if batch and (len(batch) == TOMBSTONES_PER_BATCH or size + len(tombstone[0]) > TOMBSTONE_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(tombstone)
+        size += len(tombstone[0])
+    if batch:
+        yield batch
 
 
 def _now_ms() -> int:
