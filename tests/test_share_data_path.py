@@ -6,16 +6,30 @@ the start, past the in-flight records, a partition no fetch made a share partiti
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from brokkr.core.errors import ErrorCode
+from brokkr.core.protocol.records import iter_batches_untrusted
 from brokkr.core.testing import RawClient
-from brokkr.plugins.share import share_manager_of
+from brokkr.plugins.share import share_coordinator_of, share_manager_of
+from brokkr.plugins.share.coordinator import SHARE_STATE_TOPIC
 from brokkr.plugins.share.records import ACKNOWLEDGED, StateBatch
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from test_share_consumer import QUIET, produce, set_group
 from test_share_wire import ACCEPT, FAST, RELEASE, acquired, fetch, first_fetch, new_topic, only_partition
-from wire import PRODUCE, SHARE_ACKNOWLEDGE, acks, batch, produce_body, share_acknowledge_body
+from waiting import wait_for
+from wire import (
+    PRODUCE,
+    SHARE_ACKNOWLEDGE,
+    SHARE_FETCH,
+    acks,
+    batch,
+    produce_body,
+    share_acknowledge_body,
+    share_fetch_body,
+)
 
 #: Locks that outlast a test's slow steps (a transactional producer, an admin client).
 HELD = {**FAST, "group.share.record.lock.duration.ms": 15000}
@@ -162,7 +176,8 @@ def test_a_gap_of_a_loaded_state_hides_aborted_records_from_read_committed(broke
 def test_aborted_records_count_toward_the_in_flight_cap(brokkr_broker_factory):
     """Kafka's SharePartition acquires an aborted transaction's records and archives them,
     so they count toward share.partition.max.record.locks: a read_committed share partition
-    whose start waits on a held record walks at most that many offsets past it."""
+    whose start waits on a held record walks at most that many offsets past it, and on to
+    the end of the batch the cap falls in (acquireNewBatchRecords)."""
     broker = brokkr_broker_factory({**HELD, "group.share.partition.max.record.locks": 100})
     address = broker.bootstrap_servers
     tid = new_topic(broker, records=0)
@@ -182,4 +197,69 @@ def test_aborted_records_count_toward_the_in_flight_cap(brokkr_broker_factory):
         ack = c.request(SHARE_ACKNOWLEDGE, 2, share_acknowledge_body("g", "m1", 2, tid, [acks(0, 0, RELEASE)]))
         assert ack.responses[0].partitions[0].error_code == 0  # writes the in-flight window
     error, _, start, batches = broker.call(broker.broker.share_state.read_state, "g", tid, 0, 0)
-    assert error == 0 and start == 0 and batches[-1].last_offset == 99
+    log = broker.broker.topics["t"].partitions[0].log
+    capped = next(iter_batches_untrusted(broker.call(log.read, 99, 1 << 20, 302, True)))  # holds offset 99
+    assert error == 0 and start == 0 and batches[-1].last_offset == capped.last_offset < 301  # not the marker
+
+
+def test_the_in_flight_cap_stops_between_batches(brokkr_broker_factory):
+    """Kafka's SharePartition acquires a batch it began up to its end (batch_optimized,
+    acquireNewBatchRecords) though share.partition.max.record.locks falls inside it; in
+    record_limit mode it stops at the cap."""
+    broker = brokkr_broker_factory({**FAST, "group.share.partition.max.record.locks": 100})
+    tid = new_topic(broker, records=0)
+    with RawClient(broker.bootstrap_servers) as c:
+        first_fetch(c, "g", "m1", tid, wait_ms=0)
+        first_fetch(c, "exact", "m1", tid, wait_ms=0)
+        for _ in range(2):
+            c.request(PRODUCE, 9, produce_body("t", batch(60)))  # 0-59, 60-119
+        assert acquired(fetch(c, "g", "m1", 1, tid, max_wait_ms=2000)) == [(0, 119, 1)]
+        assert acquired(fetch(c, "exact", "m1", 1, tid, acquire_mode=1, max_wait_ms=2000)) == [(0, 99, 1)]
+
+
+def test_acquired_records_are_split_by_batch_size(broker):
+    """Kafka's SharePartition.createBatches splits what a batch_optimized fetch acquires into
+    ranges of BatchSize records or more, each ending where a batch ends; record_limit never."""
+    tid = new_topic(broker, records=0)
+    with RawClient(broker.bootstrap_servers) as c:
+        first_fetch(c, "g", "m1", tid, wait_ms=0)
+        for _ in range(3):
+            c.request(PRODUCE, 9, produce_body("t", batch(2)))  # 0-1, 2-3, 4-5
+        body = share_fetch_body("g", "m1", 1, tid, max_wait_ms=2000)
+        body.batch_size = 3
+        r = c.request(SHARE_FETCH, 2, body)
+        assert acquired(r) == [(0, 3, 1), (4, 5, 1)] and len(bytes(only_partition(r).records)) > 0
+        body = share_fetch_body("g", "m1", 2, tid, ack_batches=[acks(0, 5, RELEASE)])
+        body.batch_size = 1
+        assert acquired(c.request(SHARE_FETCH, 2, body)) == [(0, 1, 2), (2, 3, 2), (4, 5, 2)]  # delivered again
+        body = share_fetch_body("g", "m1", 3, tid, ack_batches=[acks(0, 5, RELEASE)], acquire_mode=1)
+        body.batch_size = 1
+        assert acquired(c.request(SHARE_FETCH, 2, body)) == [(0, 5, 3)]
+
+
+def test_released_records_wait_for_their_write(brokkr_broker_factory):
+    """Kafka's SharePartition keeps records whose release is being written (an ongoing state
+    transition) from every fetch until the write completes: when it fails, they are still
+    the releasing member's, under its lock."""
+    broker = brokkr_broker_factory({**HELD, "share.coordinator.write.timeout.ms": 1500})
+    address = broker.bootstrap_servers
+    tid = new_topic(broker, records=0)
+    coordinator = share_coordinator_of(broker.broker)
+    with RawClient(address) as c, RawClient(address) as other:
+        first_fetch(c, "g", "m1", tid, wait_ms=0)
+        first_fetch(other, "g", "m2", tid, wait_ms=0)
+        c.request(PRODUCE, 9, produce_body("t", batch(2)))
+        assert acquired(fetch(c, "g", "m1", 1, tid, max_wait_ms=2000)) == [(0, 1, 1)]
+        sp = share_manager_of(broker.broker).partitions[("g", tid, 0)]
+        broker.call(coordinator.resigned, 0)  # the release's write waits for the coordinator, then fails
+        release = share_acknowledge_body("g", "m1", 2, tid, [acks(0, 1, RELEASE)])
+        with ThreadPoolExecutor(1) as pool:
+            releasing = pool.submit(c.request, SHARE_ACKNOWLEDGE, 2, release)
+            wait_for("the release's write", lambda: broker.call(sp._writes.locked))
+            assert acquired(fetch(other, "g", "m2", 1, tid, max_wait_ms=300)) == []
+            answer = releasing.result(timeout=10)
+        assert answer.responses[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR
+        broker.call(coordinator.became_leader, 0, broker.broker.topics[SHARE_STATE_TOPIC].partitions[0].leader_epoch)
+        broker.call(coordinator.wait_loaded)
+        ack = c.request(SHARE_ACKNOWLEDGE, 2, share_acknowledge_body("g", "m1", 3, tid, [acks(0, 1, ACCEPT)]))
+        assert ack.responses[0].partitions[0].error_code == 0  # still m1's

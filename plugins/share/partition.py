@@ -3,17 +3,20 @@ topic partition, kept by that partition's leader.
 
 Offsets below ``start`` are done (acknowledged or archived). Records in ``[start, end)``
 are in flight, each with its state (AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED) and
-delivery count in ``records``; an offset there without an entry holds nothing to deliver
-(a transaction marker, an aborted transaction's record for read_committed). Records from
+delivery count in ``records``; an offset there without an entry holds nothing to deliver (a
+transaction marker, an aborted transaction's record for read_committed). Records from
 ``end`` on have never been delivered. A fetch acquires the AVAILABLE records first, then
-new ones from ``end``, while ``end - start`` stays under ``share.partition.max.record.locks``
-(so memory is bounded by it, plus one batch). Acquired records are locked to their member
-for ``share.record.lock.duration.ms``: one timer per acquisition, which on expiry makes its
+new ones from ``end``, while ``end - start`` stays under
+``share.partition.max.record.locks`` (batch_optimized, a batch the cap falls inside is
+acquired to its end, as Kafka's; so memory is bounded by the cap, plus one batch). A
+batch_optimized fetch's acquired ranges are split by its BatchSize where batches start
+(Kafka's createBatches). Acquired records are locked to their member for
+``share.record.lock.duration.ms``: one timer per acquisition, which on expiry makes its
 records that are still acquired AVAILABLE again, or ARCHIVED once delivered
 ``share.delivery.count.limit`` times, as a release does. From half that limit on, a batch's
 records are delivered again in ever smaller runs, a record's last delivery alone (Kafka
-4.2's throttled delivery): one record its consumers keep failing on is archived without
-the rest of its batch. ``start`` moves over the acknowledged and archived prefix; when the
+4.2's throttled delivery): one record its consumers keep failing on is archived without the
+rest of its batch. ``start`` moves over the acknowledged and archived prefix; when the
 log's start passes it (retention, DeleteRecords) the records below are dropped, and
 acknowledgements of offsets below ``start`` are skipped, as Kafka's.
 
@@ -27,8 +30,10 @@ in the order they were made; a background write (locks running out, a member lea
 yet started covers every later change, so they queue one write at most. An acknowledgement
 whose write fails (the share coordinator unreachable or moving, a timeout) is rolled back:
 its records are acquired by their member again, under their lock, and the member is
-answered the error. A write answered FENCED_STATE_EPOCH (the group's offsets were reset) or
-FENCED_LEADER_EPOCH drops the share partition; its next use loads it again.
+answered the error. Records it releases are RELEASING until the write succeeds: no fetch
+acquires them before (Kafka holds records in a state transition). A write answered
+FENCED_STATE_EPOCH (the group's offsets were reset) or FENCED_LEADER_EPOCH drops the share
+partition; its next use loads it again.
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ from .records import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, StateBatch
 log = logging.getLogger("brokkr.share")
 
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
+#: A record released by an acknowledgement whose write is under way (in memory only, written
+#: as AVAILABLE): no fetch acquires it until the write succeeds (Kafka's ongoing state transition).
+RELEASING = -1
 BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
 #: The most in-flight offsets a loaded state may describe (group.share.max.partition.max.record.locks
 #: at its highest, twice): anything beyond is delivered again rather than held in memory.
@@ -121,6 +129,7 @@ class _Taken:
         "kept",
         "offsets",
         "counts",
+        "starts",
         "full",
     )
 
@@ -136,6 +145,7 @@ class _Taken:
         self.kept: list[memoryview] = []  # the batches holding acquired records
         self.offsets: list[int] = []
         self.counts: list[int] = []
+        self.starts: set[int] = set()  # of each batch in ``kept``, the first offset acquired
         self.full = False  # nothing more may be acquired (the limit, the in-flight cap, record_limit)
 
 
@@ -271,12 +281,14 @@ class SharePartition:
         return None
 
     def acquire(
-        self, member: str, max_records: int, mode: int, max_bytes: int
+        self, member: str, max_records: int, mode: int, max_bytes: int, batch_size: int = 0
     ) -> tuple[bytes, list[tuple[int, int, int]], int]:
         """Acquire up to ``max_records`` records for ``member`` (batch_optimized: whole
         batches, which may pass it), reading the log in chunks from 64 KiB up to
         ``max_bytes`` (so that a fetch of a few records reads little): the batches holding
-        them, the acquired ranges (first, last, delivery count), and how many were acquired."""
+        them, the acquired ranges (first, last, delivery count), and how many were acquired.
+        batch_optimized, a range holding more than ``batch_size`` records is split where a
+        batch starts once it holds ``batch_size`` (Kafka's createBatches; 0 or less: never)."""
         if max_records <= 0 or self.dropped:
             return b"", [], 0
         limit = self._limit()
@@ -314,7 +326,8 @@ class SharePartition:
         for offset in took.offsets:
             self.records[offset].lock = acquisition
         acquisition.timer = asyncio.get_running_loop().call_later(self.lock_ms / 1000, self._expire, acquisition)
-        return b"".join(took.kept), _ranges(took.offsets, took.counts), len(took.offsets)
+        split = batch_size if mode == BATCH_OPTIMIZED else 0
+        return b"".join(took.kept), _ranges(took.offsets, took.counts, took.starts, split), len(took.offsets)
 
     def _take(self, data: bytes, first: int, took: _Taken) -> None:
         """Acquire what ``data`` (batches read from ``first``) holds for ``took``."""
@@ -331,7 +344,10 @@ class SharePartition:
             if throttled and took.offsets:
                 took.full = True  # its records go apart, in a later fetch
                 return
-            acquired, cap = 0, None
+            acquired, cap, began = 0, None, False
+            # batch_optimized: a batch begun goes on past the in-flight cap to its end (Kafka's
+            # acquireNewBatchRecords), so the cap is passed by one batch at most
+            whole = took.mode == BATCH_OPTIMIZED
             for offset in range(max(header.base_offset, first), header.last_offset + 1):
                 if offset < self.end:
                     rec = records.get(offset)
@@ -349,10 +365,13 @@ class SharePartition:
                             cap = _throttled_records(header, rec.count, took.deliveries)
                     self.available -= 1
                 else:  # the in-flight cap counts markers and aborted records too, as Kafka's
-                    if offset >= took.limit or self.end - self.start >= took.max_locks:
+                    if offset >= took.limit or (
+                        self.end - self.start >= took.max_locks and not (whole and (acquired or began))
+                    ):
                         took.full = True
                         break
                     self.end = offset + 1
+                    began = True
                     if skip:
                         continue
                     rec = records[offset] = Record(AVAILABLE, 0)
@@ -369,6 +388,7 @@ class SharePartition:
                     break
             if acquired:
                 took.kept.append(view[header.position : header.end])
+                took.starts.add(took.offsets[-acquired])
                 took.full = took.full or throttled
 
     def _throttled(self, header, first: int, deliveries: int) -> bool:
@@ -465,7 +485,7 @@ class SharePartition:
                 if kind == ACCEPT:
                     rec.state = ACKNOWLEDGED
                 elif kind == RELEASE:
-                    self._release(rec, limit)
+                    rec.state = ARCHIVED if rec.count >= limit else RELEASING
                 else:  # REJECT, GAP
                     rec.state = ARCHIVED
                 undo.changed.append((offset, rec, rec.state, lock))
@@ -481,15 +501,24 @@ class SharePartition:
         return ErrorCode.NONE, undo
 
     def commit(self, undo: Undo) -> None:
-        """The acknowledgements are durable: the locks they emptied stop."""
-        for _, _, _, lock in undo.changed:
+        """The acknowledgements are durable: the locks they emptied stop, the records they
+        released become available."""
+        released = False
+        for offset, rec, state, lock in undo.changed:
             if not lock.held:
                 lock.timer.cancel()
+            if state == RELEASING and rec.state == RELEASING and self.records.get(offset) is rec:
+                rec.state = AVAILABLE
+                self.available += 1
+                released = True
+        if released:
+            self._wake()
 
     def rollback(self, undo: Undo) -> None:
         """Their write failed: the records they changed are acquired by their member again,
         under the lock they had (its deadline kept), unless something moved them on since
-        (a fetch took a released record; retention removed it)."""
+        (retention removed them; the share partition was dropped). Released records were
+        held from fetches meanwhile (RELEASING), so they are still there to take back."""
         loop = asyncio.get_running_loop()
         log_start = self.partition.log.log_start_offset
         for offset, rec, state, lock in undo.changed:
@@ -498,8 +527,6 @@ class SharePartition:
             if offset < self.start:  # _advance_start dropped it: the window opens again there
                 self.start = offset
             self.records[offset] = rec
-            if state == AVAILABLE:
-                self.available -= 1
             rec.state, rec.lock = ACQUIRED, lock
             lock.held += 1
             if lock.timer.cancelled() or lock.timer.when() <= loop.time():  # it runs out as it would have
@@ -593,7 +620,7 @@ class SharePartition:
             if rec is None:
                 yield offset, ARCHIVED, 0
             else:
-                yield offset, AVAILABLE if rec.state == ACQUIRED else rec.state, rec.count
+                yield offset, AVAILABLE if rec.state in (ACQUIRED, RELEASING) else rec.state, rec.count
 
     def persist_soon(self) -> None:
         """Write the state in the background (locks ran out, a member left). A write not yet
@@ -640,12 +667,17 @@ def _throttled_records(header, count: int, deliveries: int) -> int:
     return max(1, (header.last_offset - header.base_offset + 1) >> (count - _throttle_from(deliveries) + 1))
 
 
-def _ranges(offsets: list[int], counts: list[int]) -> list[tuple[int, int, int]]:
-    """Consecutive offsets of one delivery count as (first, last, count)."""
+def _ranges(offsets: list[int], counts: list[int], starts: set[int], batch_size: int) -> list[tuple[int, int, int]]:
+    """Consecutive offsets of one delivery count as (first, last, count); with ``batch_size``
+    above 0, a range of at least that many records ends before the next of ``starts`` (where
+    a batch's records begin), as Kafka's createBatches splits the acquired records."""
     out: list[list[int]] = []
     for offset, count in zip(offsets, counts, strict=True):
-        if out and out[-1][1] == offset - 1 and out[-1][2] == count:
-            out[-1][1] = offset
-        else:
+        last = out[-1] if out else None
+        if last is None or last[1] != offset - 1 or last[2] != count:
             out.append([offset, offset, count])
+        elif offset in starts and 0 < batch_size <= offset - last[0]:
+            out.append([offset, offset, count])  # the range holds batch_size records: the next begins
+        else:
+            last[1] = offset
     return [tuple(r) for r in out]

@@ -7,7 +7,8 @@ then records are acquired for the member from the session's partitions, at most
 pass it; 1, record_limit: exactly; 0 or less: none, answered at once, as Kafka), within
 ``MaxBytes``, starting at the partition the session epoch rotates to (Kafka's round-robin
 PartitionRotateStrategy: one busy partition does not take every fetch). The response
-carries the batches holding them and the acquired ranges with their delivery counts; the
+carries the batches holding them and the acquired ranges with their delivery counts
+(batch_optimized, split by ``BatchSize`` where batches start, as Kafka's createBatches); the
 consumer delivers only those. With nothing to acquire the fetch waits up to ``MaxWaitMs``
 in the broker's purgatory, woken by appends (the high watermark, or the last stable offset,
 moving) and by records becoming available again (released, timed out). Epoch -1 closes the
@@ -170,7 +171,9 @@ def _acquire(broker, request, member_id, ready, answers) -> int:
     for tp, sp in ready:
         if budget_records <= 0 or budget_bytes <= 0:
             break
-        data, acquired, n = sp.acquire(member_id, budget_records, request.share_acquire_mode, budget_bytes)
+        data, acquired, n = sp.acquire(
+            member_id, budget_records, request.share_acquire_mode, budget_bytes, request.batch_size
+        )
         if n:
             answer = answers.setdefault(tp, _Answer())
             answer.records, answer.acquired = data, acquired
