@@ -161,9 +161,9 @@ class GroupConfigs:
 
     @property
     def _membership(self) -> Any:
-        """The cluster's membership when it keeps group settings (a cluster), else None."""
-        membership = getattr(self.broker.replicas, "membership", None)
-        return membership if hasattr(membership, "group_configs") else None
+        """The cluster's membership (it keeps the group settings of a cluster), else None."""
+        replicas = self.broker.replicas
+        return replicas.membership if replicas is not None else None
 
     # -- reading ----------------------------------------------------------------------
 
