@@ -11,6 +11,7 @@ ACLs (:class:`AclBinding`, Kafka's ``AclBinding``/``StandardAcl``) and their fil
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable
 from typing import Protocol
 
 import attrs
@@ -179,14 +180,20 @@ class AclStore(Protocol):
     """Where the ACLs of an ACL authorizer live: what CreateAcls, DescribeAcls and DeleteAcls
     manage (the ACL half of Kafka's ``Authorizer`` interface). The API handlers validate
     bindings and filters before they call it, and authorize the request (ALTER or DESCRIBE
-    on the cluster)."""
+    on the cluster). A write may answer an awaitable (the built-in store's, which writes the
+    ACLs for the whole cluster: ``core/shared_documents.py``): the handlers await it before
+    they answer; a synchronous store persists before returning."""
 
     def acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
         """Every ACL the filter matches."""
 
-    def create_acls(self, bindings: list[AclBinding]) -> None:
-        """Add ACLs (an ACL already present is left as it is) and persist them before returning."""
+    def create_acls(self, bindings: list[AclBinding]) -> Awaitable[None] | None:
+        """Add ACLs (an ACL already present is left as it is) and persist them (before
+        returning, or before the awaitable returned is done)."""
 
-    def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+    def delete_acls(
+        self, filters: list[AclBindingFilter]
+    ) -> list[list[AclBinding]] | Awaitable[list[list[AclBinding]]]:
         """Remove every ACL any of the filters matches, persist, and return, per filter, the
-        ACLs it matched (an ACL matched by two filters is listed under both)."""
+        ACLs it matched (an ACL matched by two filters is listed under both), or an awaitable
+        of that, done once persisted."""

@@ -54,6 +54,7 @@ from .record_checks import RefusalLog
 from .replication import ReplicaManager
 from .retention import retention_offset
 from .server import Listener, Server
+from .shared_documents import SharedDocuments
 from .sinks import retention_limit
 
 log = logging.getLogger("brokkr")
@@ -114,6 +115,7 @@ class Broker:
         self.producer_ids: ProducerIdManager | None = None
         self.scram_store: Any = None  # the SCRAM credentials, read when first needed (core/scram.py)
         self.group_configs = GroupConfigs(self)  # groups' own settings (core/group_configs.py)
+        self.shared_documents = SharedDocuments(self)  # ACLs, SCRAM, quotas: cluster-wide (core/shared_documents.py)
         #: URLs of other services this broker serves (name -> URL), set by plugins at
         #: brokkr_broker_starting and published in its cluster registration (BrokerInfo.services).
         self.services: dict[str, str] = {}

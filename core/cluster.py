@@ -12,6 +12,8 @@ What a membership does, and nothing more:
 - elects one controller among them (:attr:`ClusterMembership.controller_id`);
 - stores each topic's replica assignment and settings, and each partition's
   :class:`PartitionState`, changed only by conditional writes (the version read);
+- stores the documents every broker shares (ACLs, SCRAM credentials, client quotas:
+  :meth:`ClusterMembership.documents`) and groups' own settings;
 - keeps a cache of all of it, refreshed by the service's notifications, and calls
   :meth:`ClusterListener.cluster_changed` on the broker's event loop after every change.
 
@@ -22,7 +24,7 @@ decide everything else from that cache.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import attrs
@@ -169,3 +171,13 @@ class ClusterMembership(Protocol):
     async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
         """Replace one group's own settings for the whole cluster (empty: remove them); this
         broker's :meth:`group_configs` shows them on return, the others' once told."""
+
+    def documents(self) -> Mapping[str, str]:
+        """The cluster's shared documents, name -> text (ACLs, SCRAM credentials, client
+        quotas: :mod:`brokkr.core.shared_documents`), cached and followed: a document that did
+        not change stays the same ``str`` object, so a reader tells a change by identity."""
+
+    async def set_document(self, name: str, text: str) -> None:
+        """Replace one shared document for the whole cluster; this broker's :meth:`documents`
+        shows it on return, the others' once told (then ``cluster_changed``). BrokkrError
+        when the service cannot keep it (too large)."""

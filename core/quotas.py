@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import types
+from collections.abc import Awaitable
 from typing import Protocol
 
 USER = "user"
@@ -59,10 +60,12 @@ class ClientQuotaStore(Protocol):
     def quotas(self) -> dict[QuotaEntity, dict[str, float]]:
         """Every entity with at least one setting, and its settings."""
 
-    def alter(self, changes: dict[QuotaEntity, dict[str, float | None]]) -> None:
+    def alter(self, changes: dict[QuotaEntity, dict[str, float | None]]) -> Awaitable[None] | None:
         """Set each key to its value, or remove it where the value is None; an entity left
-        with no key is dropped. Persist before returning; the new settings apply to the
-        next request."""
+        with no key is dropped. Persist before returning, or before the awaitable returned is
+        done (the built-in store's, which keeps the settings for the whole cluster:
+        ``core/shared_documents.py``; AlterClientQuotas awaits it); the new settings apply to
+        the next request."""
 
 
 class BusyTime:

@@ -7,9 +7,10 @@ and to prove the server knows them, not enough to log in. Kafka's admin clients 
 the salted password (AlterUserScramCredentials); ``brokkr scram add`` salts a password
 itself. Passwords are used as UTF-8 bytes, without SASLprep, as Kafka and librdkafka do.
 
-:class:`ScramCredentials` holds every user's credentials and keeps them in the storage
-document ``scram-credentials`` (``Storage.read_state``/``write_state``; with the segment
-storage, ``brokkr-scram-credentials.json`` in the first log dir).
+:class:`ScramCredentials` holds every user's credentials and keeps them in the shared
+document ``scram-credentials`` (:mod:`brokkr.core.shared_documents`): alone the storage's
+(with the segment storage, ``brokkr-scram-credentials.json`` in the first log dir), on a
+cluster the cluster's, so a user created through one broker logs in on all.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .errors import ConfigError
+from .shared_documents import FollowedDocument
 
 if TYPE_CHECKING:
     from .broker import Broker
     from .log import Storage
+    from .shared_documents import SharedDocuments
 
 STATE_NAME = "scram-credentials"
 #: ScramMechanism.minIterations (RFC 7677 recommends at least 4096) and Kafka's
@@ -124,23 +127,28 @@ def check_iterations(iterations: int) -> str | None:
 
 
 class ScramCredentials:
-    """Every user's SCRAM credentials, kept in ``storage``. Changes are made in memory
-    and persisted together by :meth:`save`."""
+    """Every user's SCRAM credentials, kept in ``documents`` (``broker.shared_documents``, or a
+    storage), read again when another broker changed them. Changes are made in memory and
+    persisted together by :meth:`save`."""
 
-    def __init__(self, storage: Storage):
-        self.storage = storage
+    def __init__(self, documents: SharedDocuments | Storage):
         self._users: dict[str, dict[ScramMechanism, ScramCredential]] = {}
-        text = storage.read_state(STATE_NAME)
-        if text:
-            self._users = _decode(text)
+        self.document = FollowedDocument(documents, STATE_NAME, self._load)
+        self.document.follow()
+
+    def _load(self, text: str | None) -> None:
+        self._users = _decode(text) if text else {}
 
     def get(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        self.document.follow()
         return self._users.get(user, {}).get(mechanism)
 
     def of(self, user: str) -> dict[ScramMechanism, ScramCredential]:
+        self.document.follow()
         return dict(self._users.get(user, {}))
 
     def users(self) -> list[str]:
+        self.document.follow()
         return sorted(self._users)
 
     def put(self, user: str, mechanism: ScramMechanism, credential: ScramCredential) -> None:
@@ -155,7 +163,9 @@ class ScramCredentials:
             del self._users[user]
         return True
 
-    def save(self) -> None:
+    def save(self):
+        """Persist the changes made: None once written (a storage), else (shared documents)
+        an awaitable to await."""
         doc = {
             "version": 1,
             "users": {
@@ -163,7 +173,7 @@ class ScramCredentials:
                 for user, creds in sorted(self._users.items())
             },
         }
-        self.storage.write_state(STATE_NAME, json.dumps(doc, indent=1) + "\n")
+        return self.document.write(json.dumps(doc, indent=1) + "\n")
 
 
 def _decode(text: str) -> dict[str, dict[ScramMechanism, ScramCredential]]:
@@ -184,11 +194,11 @@ def _decode(text: str) -> dict[str, dict[ScramMechanism, ScramCredential]]:
 
 
 def scram_credentials(broker: Broker) -> ScramCredentials:
-    """The credentials of a started broker, read from its storage once per start and kept
-    on the broker (``broker.scram_store``)."""
+    """The credentials of a started broker (its shared documents': its storage's, or its
+    cluster's), kept on the broker (``broker.scram_store``)."""
     if broker.storage is None:
         raise RuntimeError("the broker is not started")
     store = broker.scram_store
-    if store is None or store.storage is not broker.storage:
-        store = broker.scram_store = ScramCredentials(broker.storage)
+    if store is None:
+        store = broker.scram_store = ScramCredentials(broker.shared_documents)
     return store

@@ -94,8 +94,8 @@ def test_two_brokers_in_one_process_share_nothing(brokkr_broker_factory):
     quotas = "brokkr.plugins.quota.client_quotas:manager"
     assert secured.pm.get_plugin(acl) is not None and plain.pm.get_plugin(acl) is None
     assert secured.pm.get_plugin(quotas) is not plain.pm.get_plugin(quotas)
-    assert secured.pm.get_plugin(quotas).storage is secured.storage
-    assert plain.pm.get_plugin(quotas).storage is plain.storage
+    assert secured.pm.get_plugin(quotas).document.documents is secured.shared_documents
+    assert plain.pm.get_plugin(quotas).document.documents is plain.shared_documents
 
 
 def test_idle_built_in_plugins_are_not_on_the_hot_path(brokkr_broker):

@@ -16,6 +16,7 @@ from ..authorization import AclOperation
 from ..errors import ErrorCode
 from ..protocol.frames import response_spec
 from ..quotas import CLIENT_ID, IP, QUOTA_KEYS, USER, entity_path, quota_entity
+from ..shared_documents import settled
 from . import Api
 from .common import cluster_store
 
@@ -101,7 +102,7 @@ async def handle(broker, ctx, request):
         if message is None:
             changes[entity] = ops
     if changes and not request.validate_only:
-        store.alter(changes)
+        await settled(store.alter(changes))
     return AlterClientQuotasResponse(entries=results)
 
 

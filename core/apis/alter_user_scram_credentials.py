@@ -15,6 +15,7 @@ from ..authorization import CLUSTER_NAME, AclOperation, Action, ResourceType
 from ..errors import ErrorCode
 from ..protocol.frames import response_spec
 from ..scram import MAX_SALT_BYTES, ScramCredential, ScramMechanism, check_iterations, scram_credentials
+from ..shared_documents import settled
 from . import Api
 
 KEY = 51
@@ -83,7 +84,7 @@ async def handle(broker, ctx, request):
     for name, (mechanism, credential) in upsertions.items():
         store.put(name, mechanism, credential)
     if deletions or upsertions:
-        store.save()
+        await settled(store.save())
     results = [_result(name, ErrorCode.NONE) for name in (*deletions, *upsertions)]
     results += [_result(name, code, message) for name, (code, message) in errors.items()]
     return AlterUserScramCredentialsResponse(results=results)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..authorization import CLUSTER_NAME, AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from ..errors import ErrorCode
 from ..protocol.frames import response_spec
+from ..shared_documents import settled
 from . import Api
 from .common import cluster_store
 
@@ -73,7 +74,7 @@ async def handle(broker, ctx, request):
         else:
             results.append(AclCreationResult(error_code=ErrorCode.INVALID_REQUEST, error_message=message))
     if valid:
-        store.create_acls(valid)
+        await settled(store.create_acls(valid))
     return CreateAclsResponse(results=results)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..authorization import AclBindingFilter, AclOperation
 from ..errors import ErrorCode
 from ..protocol.frames import response_spec
+from ..shared_documents import settled
 from . import Api
 from .create_acls import acl_store
 
@@ -49,7 +50,7 @@ async def handle(broker, ctx, request):
         for f in request.filters
     ]
     errors = [_invalid(f) for f in filters]
-    deleted = iter(store.delete_acls([f for f, e in zip(filters, errors) if e is None]))
+    deleted = iter(await settled(store.delete_acls([f for f, e in zip(filters, errors) if e is None])))
     results = []
     for message in errors:
         if message is not None:

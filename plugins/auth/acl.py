@@ -16,11 +16,13 @@ APIs answer SECURITY_DISABLED. Its decisions, per action:
 4. Otherwise: if the resource has no ACL at all (for anyone), ``allow.everyone.if.no.acl.found``
    decides (default false); else denied.
 
-ACLs are kept through the broker's storage (``Storage.write_state("acls", ...)``, a JSON
-document), written before CreateAcls or DeleteAcls answers, and loaded when the broker
-first needs them. A decision is a few dictionary probes, never a scan of all ACLs: the
-resource's LITERAL name and ``*``, one prefix per distinct PREFIXED length up to the name's
-length, and in each pattern found the request's principal and ``User:*``.
+ACLs are kept in the shared document ``acls`` (JSON, :mod:`brokkr.core.shared_documents`):
+alone the broker's storage's, on a cluster the cluster's, so an ACL created through one
+broker is enforced by all. It is written before CreateAcls or DeleteAcls answers, and
+parsed again only when it changed (another broker's write). A decision is a few
+dictionary probes, never a scan of all ACLs: the resource's LITERAL name and ``*``, one
+prefix per distinct PREFIXED length up to the name's length, and in each pattern found the
+request's principal and ``User:*``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from brokkr.core.authorization import (
 from brokkr.core.config import ConfigDef, ConfigType, one_of
 from brokkr.core.context import RequestContext
 from brokkr.core.plugins import hookimpl
+from brokkr.core.shared_documents import FollowedDocument
 
 log = logging.getLogger("brokkr.authorizer")
 
@@ -79,21 +82,24 @@ class AclAuthorizer:
     def brokkr_acl_store(self):
         return self
 
-    def __init__(self, storage, super_users: frozenset[str], allow_if_no_acl: bool):
-        self.storage = storage
+    def __init__(self, documents, super_users: frozenset[str], allow_if_no_acl: bool):
+        """``documents``: where the ACLs are kept (``broker.shared_documents``, or a storage)."""
         self.super_users = super_users
         self.allow_if_no_acl = allow_if_no_acl
         self._acls: set[AclBinding] = set()
         self._literal: dict[tuple[int, str], Bucket] = {}
         self._prefixed: dict[int, dict[str, Bucket]] = {}
         self._prefix_lengths: dict[int, tuple[int, ...]] = {}
-        text = storage.read_state(STATE)
-        if text:
-            self._index({decode(entry) for entry in json.loads(text)["acls"]})
+        self.document = FollowedDocument(documents, STATE, self._load)
+        self.document.follow()
+
+    def _load(self, text: str | None) -> None:
+        self._index({decode(entry) for entry in json.loads(text)["acls"]} if text else set())
 
     # -- authorization ------------------------------------------------------------------
 
     def authorize(self, context: RequestContext, actions: list[Action]) -> list[AuthorizationResult]:
+        self.document.follow()
         principal = str(context.principal)
         if principal in self.super_users:
             return [_ALLOWED] * len(actions)
@@ -145,24 +151,35 @@ class AclAuthorizer:
     # -- the AclStore -------------------------------------------------------------------
 
     def acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        self.document.follow()
         return sorted((acl for acl in self._acls if acl_filter.matches(acl)), key=_order)
 
-    def create_acls(self, bindings: list[AclBinding]) -> None:
+    def create_acls(self, bindings: list[AclBinding]):
+        """None once written (a storage), else (shared documents) an awaitable to await."""
+        self.document.follow()
         acls = self._acls | set(bindings)
-        if acls != self._acls:
-            self._save(acls)
+        return self._save(acls) if acls != self._acls else None
 
-    def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+    def delete_acls(self, filters: list[AclBindingFilter]):
+        """Per filter, the ACLs it matched; with shared documents, an awaitable of that."""
         matched = [self.acls(f) for f in filters]
         gone = {acl for acls in matched for acl in acls}
-        if gone:
-            self._save(self._acls - gone)
-        return matched
+        pending = self._save(self._acls - gone) if gone else None
+        if pending is None:
+            return matched
 
-    def _save(self, acls: set[AclBinding]) -> None:
+        async def written() -> list[list[AclBinding]]:
+            await pending
+            return matched
+
+        return written()
+
+    def _save(self, acls: set[AclBinding]):
+        """Write ``acls`` (indexed at once, so that a request meanwhile sees them; the document
+        read again if the write fails): None once written, else an awaitable."""
         document = {"version": 1, "acls": [encode(acl) for acl in sorted(acls, key=_order)]}
-        self.storage.write_state(STATE, json.dumps(document, indent=1))
         self._index(acls)
+        return self.document.write(json.dumps(document, indent=1))
 
     def _index(self, acls: set[AclBinding]) -> None:
         literal: dict = defaultdict(lambda: defaultdict(list))
@@ -250,5 +267,5 @@ def brokkr_broker_starting(broker):
     config = broker.config
     if config["authorizer.class.name"] in NAMES:
         super_users = frozenset(u.strip() for u in config["super.users"].split(";") if u.strip())
-        authorizer = AclAuthorizer(broker.storage, super_users, config["allow.everyone.if.no.acl.found"])
+        authorizer = AclAuthorizer(broker.shared_documents, super_users, config["allow.everyone.if.no.acl.found"])
         broker.pm.register(authorizer, name=PLUGIN_NAME)

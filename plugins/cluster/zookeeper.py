@@ -10,6 +10,13 @@ that read a Kafka cluster's ZooKeeper read a brokkr cluster's too:
 - ``/config/topics/<topic>``: the topic's settings; ``/cluster/id``.
 - ``/config/groups/<group>``: a group's own settings (brokkr's; ``{"version": 1, "config": {...}}``
   as a topic's).
+- ``/brokkr/documents/<name>``: a document every broker shares (brokkr's: ``acls``,
+  ``scram-credentials``, ``client-quotas``, :mod:`brokkr.core.shared_documents`), the znode's
+  data its UTF-8 text, at most :data:`MAX_DOCUMENT_BYTES`. Written with a plain set: each
+  store applies its change to the document it last read, and a broker's writes run in
+  order on its one worker thread; two brokers changing one document at the same instant
+  (within a notification's delay) can lose one change, as a conditional write would only
+  turn into an error the client does not retry.
 
 kazoo's calls block and its watches fire on its own threads: every call here runs in one
 worker thread (so they are ordered), and a fired watch schedules a refresh of the cache
@@ -37,6 +44,11 @@ from brokkr.core.errors import BrokkrError, ConfigError, ErrorCode
 from brokkr.core.plugins import hookimpl
 
 log = logging.getLogger("brokkr.cluster")
+
+DOCUMENTS = "/brokkr/documents"
+#: The largest shared document: ZooKeeper refuses a request over ``jute.maxbuffer`` (by
+#: default 0xfffff bytes, path and headers included) and drops the connection.
+MAX_DOCUMENT_BYTES = 1_000_000
 
 #: The ZooKeeper client's settings; ``zookeeper.connect`` itself is core's (core/config.py).
 CONFIGS = [
@@ -133,6 +145,7 @@ class ZooKeeperMembership:
         self._topics: dict[str, TopicAssignment] = {}
         self._states: dict[tuple[str, int], PartitionState] = {}
         self._group_configs: dict[str, dict[str, str]] = {}
+        self._documents: dict[str, str] = {}
         self._me: BrokerInfo | None = None
         self._listener: ClusterListener | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -193,6 +206,19 @@ class ZooKeeperMembership:
     async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
         await self._call(self._set_group_configs, group_id, dict(configs))
 
+    def documents(self) -> dict[str, str]:
+        return self._documents
+
+    async def set_document(self, name: str, text: str) -> None:
+        data = text.encode()
+        if len(data) > MAX_DOCUMENT_BYTES:
+            raise BrokkrError(
+                f"the cluster's {name} document would be {len(data)} bytes, more than the {MAX_DOCUMENT_BYTES} "
+                "bytes ZooKeeper keeps in one znode (jute.maxbuffer); nothing was changed",
+                ErrorCode.POLICY_VIOLATION,
+            )
+        await self._call(self._set_document, name, text, data)
+
     # -- on the worker thread -------------------------------------------------------
 
     async def _call(self, fn, *args) -> Any:
@@ -203,7 +229,7 @@ class ZooKeeperMembership:
 
         self.zk.add_listener(self._state_changed)
         self._connect()
-        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/groups", "/cluster"):
+        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/groups", DOCUMENTS, "/cluster"):
             self.zk.ensure_path(path)
         try:
             self.zk.create("/cluster/id", json.dumps({"version": "1", "id": _new_cluster_id()}).encode())
@@ -336,6 +362,8 @@ class ZooKeeperMembership:
                     self._read_state(parts[3], int(parts[5]), states)
             if full or any(p.startswith("/config/groups") for p in dirty):
                 self._group_configs = self._read_group_configs()
+            if full or any(p.startswith(DOCUMENTS) for p in dirty):
+                self._documents = self._read_documents()
         except Exception as exc:
             if not self._closing:
                 log.warning("reading the cluster state from ZooKeeper failed (%s); retrying", exc)
@@ -378,6 +406,34 @@ class ZooKeeperMembership:
             except NoNodeError:
                 pass
             self._group_configs = {g: c for g, c in self._group_configs.items() if g != group_id}
+
+    def _read_documents(self) -> dict[str, str]:
+        """Every /brokkr/documents/<name>, watched; a text that did not change stays the
+        object cached (readers tell a change by identity)."""
+        from kazoo.exceptions import NoNodeError
+
+        out = {}
+        for name in self.zk.get_children(DOCUMENTS, watch=self._watch):
+            try:
+                data, _ = self.zk.get(f"{DOCUMENTS}/{name}", watch=self._watch)
+            except NoNodeError:  # removed meanwhile
+                continue
+            text, cached = data.decode(), self._documents.get(name)
+            out[name] = cached if cached == text else text
+        return out
+
+    def _set_document(self, name: str, text: str, data: bytes) -> None:
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        path = f"{DOCUMENTS}/{name}"
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            try:
+                self.zk.create(path, data, makepath=True)
+            except NodeExistsError:  # another broker created it meanwhile
+                self.zk.set(path, data)
+        self._documents = {**self._documents, name: text}
 
     def _read_brokers(self) -> dict[int, BrokerInfo]:
         from kazoo.exceptions import NoNodeError

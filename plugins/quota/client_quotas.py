@@ -1,7 +1,9 @@
 """Client quotas as Kafka enforces them (``ClientQuotaManager``, KIP-13, KIP-55, KIP-124).
 
-Settings come from AlterClientQuotas and are kept through the broker's storage
-(``Storage.write_state("client-quotas", ...)``). Three keys are enforced, each with its
+Settings come from AlterClientQuotas and are kept in the shared document ``client-quotas``
+(:mod:`brokkr.core.shared_documents`): alone the broker's storage's, on a cluster the
+cluster's, so a quota set through one broker holds on all (usage is still counted per
+broker, as Kafka's brokers each count theirs). Three keys are enforced, each with its
 own usage: ``producer_byte_rate`` (bytes produced per second), ``consumer_byte_rate``
 (bytes fetched per second) and ``request_percentage`` (broker time per second, in percent
 of one thread).
@@ -46,6 +48,7 @@ from collections.abc import Callable
 from brokkr.core.config import ConfigDef, ConfigType, at_least
 from brokkr.core.plugins import hookimpl
 from brokkr.core.quotas import CLIENT_ID, KEY_OF_QUOTA_TYPE, REQUEST_PERCENTAGE, USER, QuotaEntity, quota_entity
+from brokkr.core.shared_documents import FollowedDocument
 
 STATE = "client-quotas"
 #: Sensors unused this long are dropped (Kafka's INACTIVE_SENSOR_EXPIRATION_TIME_SECONDS).
@@ -130,6 +133,7 @@ class ClientQuotaManager:
 
     @hookimpl
     def brokkr_quota_throttle_ms(self, context, usage):
+        self.document.follow()
         if not self._keys_set:  # no quota set anywhere: nothing to record
             return None
         user, client_id = context.principal.name, context.client_id or ""
@@ -139,8 +143,7 @@ class ClientQuotaManager:
     def brokkr_client_quota_store(self):
         return self
 
-    def __init__(self, storage, samples: int, window_ms: int, clock: Callable[[], float] = time.monotonic):
-        self.storage = storage
+    def __init__(self, documents, samples: int, window_ms: int, clock: Callable[[], float] = time.monotonic):
         self.samples = samples
         self.window_ms = window_ms
         self._clock = clock
@@ -150,17 +153,23 @@ class ClientQuotaManager:
         self._resolved: dict[tuple[str, str, str], tuple[tuple[str, str], float] | None] = {}
         self._sensors: dict[tuple[str, str, str], Rate] = {}
         self._next_sweep_ms = 0.0
-        text = storage.read_state(STATE)
-        if text:
-            entries = json.loads(text)["quotas"]
-            self._set({quota_entity((k, v) for k, v in e["entity"]): e["values"] for e in entries})
+        #: Where the settings are kept: ``broker.shared_documents`` (or a storage), read again
+        #: when another broker changed them.
+        self.document = FollowedDocument(documents, STATE, self._load)
+        self.document.follow()
+
+    def _load(self, text: str | None) -> None:
+        entries = json.loads(text)["quotas"] if text else []
+        self._set({quota_entity((k, v) for k, v in e["entity"]): e["values"] for e in entries})
 
     # -- the ClientQuotaStore -------------------------------------------------------------
 
     def quotas(self) -> dict[QuotaEntity, dict[str, float]]:
+        self.document.follow()
         return {entity: dict(values) for entity, values in self._quotas.items()}
 
-    def alter(self, changes: dict[QuotaEntity, dict[str, float | None]]) -> None:
+    def alter(self, changes: dict[QuotaEntity, dict[str, float | None]]):
+        """None once written (a storage), else (shared documents) an awaitable to await."""
         quotas = self.quotas()
         for entity, ops in changes.items():
             values = quotas.setdefault(entity, {})
@@ -172,8 +181,8 @@ class ClientQuotaManager:
             if not values:
                 del quotas[entity]
         entries = [{"entity": [list(pair) for pair in e], "values": v} for e, v in sorted(quotas.items(), key=str)]
-        self.storage.write_state(STATE, json.dumps({"version": 1, "quotas": entries}, indent=1))
         self._set(quotas)
+        return self.document.write(json.dumps({"version": 1, "quotas": entries}, indent=1))
 
     def _set(self, quotas: dict[QuotaEntity, dict[str, float]]) -> None:
         self._quotas = quotas
@@ -261,5 +270,6 @@ def brokkr_config_definitions():
 def brokkr_broker_starting(broker):
     """Each broker gets its own quota manager, registered as a plugin of that broker."""
     config = broker.config
-    manager = ClientQuotaManager(broker.storage, config["quota.window.num"], config["quota.window.size.seconds"] * 1000)
+    window_ms = config["quota.window.size.seconds"] * 1000
+    manager = ClientQuotaManager(broker.shared_documents, config["quota.window.num"], window_ms)
     broker.pm.register(manager, name="brokkr.plugins.quota.client_quotas:manager")
