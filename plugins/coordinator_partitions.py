@@ -85,6 +85,26 @@ WRITE_ERRORS = {
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
 }
 TOO_LARGE = (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE)
+#: The most tombstones one coordinator write carries, and the most bytes of their keys (a
+#: group id may be 32 KiB long): well within max.message.bytes.
+TOMBSTONES_PER_BATCH = 500
+TOMBSTONE_BATCH_BYTES = 256 * 1024
+
+
+def tombstone_batches(tombstones: list[tuple[bytes, None]]):
+    """``tombstones`` (a deleted topic's offsets or share states) in order, in lists of at
+    most :data:`TOMBSTONES_PER_BATCH` and (but for a single larger one)
+    :data:`TOMBSTONE_BATCH_BYTES` of keys: one coordinator write each."""
+    batch: list[tuple[bytes, None]] = []
+    size = 0
+    for tombstone in tombstones:
+        if batch and (len(batch) == TOMBSTONES_PER_BATCH or size + len(tombstone[0]) > TOMBSTONE_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(tombstone)
+        size += len(tombstone[0])
+    if batch:
+        yield batch
 
 
 def write_error(error: ErrorCode, too_large: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR) -> ErrorCode:

@@ -8,8 +8,8 @@ Consumer, transactional Producer and AdminClient."""
 from __future__ import annotations
 
 import pytest
+from brokkr.plugins.coordinator_partitions import TOMBSTONES_PER_BATCH, tombstone_batches
 from brokkr.plugins.groups import coordinator_of
-from brokkr.plugins.groups.offsets import TOMBSTONES_PER_BATCH, _batches
 
 from tests.waiting import wait_for
 
@@ -100,7 +100,7 @@ def test_a_deleted_topics_pending_transactional_offsets_are_not_applied_by_the_c
 
 def test_tombstones_are_written_in_bounded_batches():
     many = [(b"k%d" % i, None) for i in range(2 * TOMBSTONES_PER_BATCH + 1)]
-    assert [len(batch) for batch in _batches(many)] == [TOMBSTONES_PER_BATCH, TOMBSTONES_PER_BATCH, 1]
+    assert [len(batch) for batch in tombstone_batches(many)] == [TOMBSTONES_PER_BATCH, TOMBSTONES_PER_BATCH, 1]
     long_keys = [(b"x" * 100_000, None)] * 5
-    assert [len(batch) for batch in _batches(long_keys)] == [2, 2, 1], "at most 256 KiB of keys a batch"
-    assert [t for batch in _batches(many) for t in batch] == many, "all of them, in order"
+    assert [len(batch) for batch in tombstone_batches(long_keys)] == [2, 2, 1], "at most 256 KiB of keys a batch"
+    assert [t for batch in tombstone_batches(many) for t in batch] == many, "all of them, in order"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 from brokkr.core.errors import ErrorCode
 
-from ..coordinator_partitions import write_error
+from ..coordinator_partitions import tombstone_batches, write_error
 from .classic import ClassicGroup, ClassicState
 from .consumer_group import ConsumerGroup
 from .records import CoordinatorRecord, decode_record
@@ -31,11 +31,6 @@ if TYPE_CHECKING:
     from .coordinator import GroupCoordinator
 
 log = logging.getLogger("brokkr.groups")
-
-#: The most tombstones one write of :meth:`Offsets.topic_deleted` carries, and the most
-#: bytes of their keys (a group id may be 32 KiB long): well within max.message.bytes.
-TOMBSTONES_PER_BATCH = 500
-TOMBSTONE_BATCH_BYTES = 256 * 1024
 
 
 @attrs.frozen
@@ -235,9 +230,9 @@ class Offsets:
     async def topic_deleted(self, topic: str, partitions: int) -> int:
         """Kafka's OffsetMetadataManager.onPartitionsDeleted: the offsets of the deleted
         topic's ``partitions`` committed by the groups loaded here, and their pending
-        transactional offsets, are deleted: a tombstone each, at most
-        :data:`TOMBSTONES_PER_BATCH` per write to a ``__consumer_offsets`` partition. A
-        partition whose write fails keeps them (logged, as Kafka does). Returns the number
+        transactional offsets, are deleted: a tombstone each, in bounded writes to a
+        ``__consumer_offsets`` partition (:func:`~brokkr.plugins.coordinator_partitions.tombstone_batches`).
+        A partition whose write fails keeps them (logged, as Kafka does). Returns the number
         of tombstones written."""
         doomed: set[tuple[str, int]] = set()  # (group, partition)
         for group_id, committed in self.by_group.items():
@@ -250,7 +245,7 @@ class Offsets:
             by_index.setdefault(self.coordinator.partition_for(group_id), []).append((group_id, p))
         written = 0
         for index, keys in by_index.items():
-            for batch in _batches([(offset_key(group_id, topic, p), None) for group_id, p in keys]):
+            for batch in tombstone_batches([(offset_key(group_id, topic, p), None) for group_id, p in keys]):
                 error = await self.coordinator.write(keys[0][0], batch)
                 if error:
                     log.warning(
@@ -320,21 +315,6 @@ class Offsets:
         while True:
             await asyncio.sleep(self.check_interval_ms / 1000)
             await self.expire()
-
-
-def _batches(tombstones: list[tuple[bytes, None]]):
-    """``tombstones`` in order, in lists of at most :data:`TOMBSTONES_PER_BATCH` and (but
-    for a single larger one) :data:`TOMBSTONE_BATCH_BYTES` of keys."""
-    batch: list[tuple[bytes, None]] = []
-    size = 0
-    for tombstone in tombstones:
-        if batch and (len(batch) == TOMBSTONES_PER_BATCH or size + len(tombstone[0]) > TOMBSTONE_BATCH_BYTES):
-            yield batch
-            batch, size = [], 0
-        batch.append(tombstone)
-        size += len(tombstone[0])
-    if batch:
-        yield batch
 
 
 def _now_ms() -> int:

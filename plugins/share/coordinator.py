@@ -38,7 +38,7 @@ import uuid
 import attrs
 from brokkr.core.errors import ErrorCode
 from brokkr.core.internal_topics import InternalTopic
-from brokkr.plugins.coordinator_partitions import PartitionedCoordinator, write_error
+from brokkr.plugins.coordinator_partitions import PartitionedCoordinator, tombstone_batches, write_error
 
 from . import records
 from .records import SNAPSHOT, UPDATE, StateBatch
@@ -51,9 +51,6 @@ SHARE_STATE_TOPIC = "__share_group_state"
 MAX_STATE_BATCHES = 10000
 #: The most cold snapshots one run writes per __share_group_state partition.
 COLD_SNAPSHOTS_PER_RUN = 100
-#: The most tombstones one write of :meth:`ShareCoordinator.topics_deleted` carries (each
-#: about 60 bytes: well within max.message.bytes).
-TOMBSTONES_PER_BATCH = 500
 
 log = logging.getLogger("brokkr.share")
 
@@ -341,16 +338,18 @@ class ShareCoordinator(PartitionedCoordinator):
 
     async def topics_deleted(self, topic_ids: set[uuid.UUID]) -> None:
         """Kafka's maybeCleanupShareState: the states of the deleted topics' share partitions
-        in the partitions loaded here are deleted, a tombstone each, at most
-        :data:`TOMBSTONES_PER_BATCH` per batch. A partition that fails keeps them (logged)."""
+        in the partitions loaded here are deleted, a tombstone each, in bounded writes
+        (:func:`~brokkr.plugins.coordinator_partitions.tombstone_batches`: a group id may be
+        32 KiB long). A partition that fails keeps them (logged)."""
         for index, states in list(self.states.items()):
             keys = [key for key in states if key[1] in topic_ids]
-            for first in range(0, len(keys), TOMBSTONES_PER_BATCH):
+            if not keys:
+                continue
+            route = records.coordinator_key(*keys[0])  # every key here is partition ``index``'s
+            for batch in tombstone_batches([(records.encode_key(SNAPSHOT, *key), None) for key in keys]):
                 if self._check_partition(index):
                     break
-                batch = keys[first : first + TOMBSTONES_PER_BATCH]
-                tombstones = [(records.encode_key(SNAPSHOT, *key), None) for key in batch]
-                error = await self.write(records.coordinator_key(*batch[0]), tombstones)
+                error = await self.write(route, batch)
                 if error:
                     log.warning("deleting share state in %s-%d failed: %s", self.topic, index, error.name)
                     break
