@@ -18,6 +18,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from brokkr.core.apis.common import partition_leader
 from brokkr.core.broker_client import BrokerClients
 from brokkr.core.errors import ConfigError, CorruptRequest, ErrorCode
 from brokkr.core.protocol.frames import request_spec
@@ -300,17 +301,16 @@ class ShareGroups:
         leader, LEADER_NOT_AVAILABLE."""
         out: dict[tuple[str, int], tuple[ErrorCode, int]] = {}
         by_leader: dict[int, list[tuple[str, int]]] = {}
-        replicas = self.broker.replicas
         for name, index in partitions:
             local = self.broker.partition(name, index)
             if local is not None and local.is_leader:
                 out[(name, index)] = (ErrorCode.NONE, local.high_watermark)
                 continue
-            state = replicas.membership.partition_state(name, index) if replicas is not None else None
-            if state is None or state.leader < 0:
+            leader = partition_leader(self.broker, name, index)
+            if leader is None or leader < 0:
                 out[(name, index)] = (ErrorCode.LEADER_NOT_AVAILABLE, -1)
             else:
-                by_leader.setdefault(state.leader, []).append((name, index))
+                by_leader.setdefault(leader, []).append((name, index))
         answers = await asyncio.gather(*(self._list_latest(node, tps) for node, tps in by_leader.items()))
         for answer in answers:
             out.update(answer)

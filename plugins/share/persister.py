@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterable
 
+from brokkr.core.apis.common import partition_leader
 from brokkr.core.broker_client import BrokerClients
 from brokkr.core.errors import ErrorCode
 from brokkr.core.protocol.frames import request_spec
@@ -233,12 +234,8 @@ class SharePersister:
         if coordinator.topic not in self.broker.topics:
             coordinator.create_topic()
             return None
-        if self.broker.replicas is None:
-            return self.broker.node_id
-        state = self.broker.replicas.membership.partition_state(
-            coordinator.topic, coordinator.partition_for(coordinator_key)
-        )
-        return state.leader if state is not None and state.leader >= 0 else None
+        leader = partition_leader(self.broker, coordinator.topic, coordinator.partition_for(coordinator_key))
+        return leader if leader is not None and leader >= 0 else None
 
     async def _remote(self, node: int, api_key: int, body, answer, timeout_s: float):
         if self._clients is None:
